@@ -1,0 +1,277 @@
+// ember.reference: interprets the float32 add/mul/linear subgraphs packed by
+// backends/reference/partitioner.py (see its docstring for the blob layout).
+// Every count, index and size read from the blob is checked in init().
+#include <cinttypes>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "ember/runtime/backend.h"
+
+namespace ember {
+namespace {
+
+enum class RefKind : uint32_t { kInput = 0, kValue = 1, kConst = 2, kNone = 3 };
+enum class Opcode : uint32_t { kAdd = 0, kMul = 1, kLinear = 2 };
+
+struct Ref {
+  RefKind kind;
+  uint32_t index;
+};
+
+struct Op {
+  Opcode code;
+  std::vector<Ref> refs;
+  uint32_t out;
+};
+
+struct Buf {  // a shaped float buffer (constant or intermediate value)
+  const float* data = nullptr;  // constants point into the blob (never copied)
+  std::vector<float> storage;   // intermediate values own their storage (at max size)
+  int dim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < dim; ++i) n *= sizes[i];
+    return n;
+  }
+};
+
+struct Program {
+  uint32_t num_inputs = 0;
+  std::vector<Buf> consts;
+  std::vector<Buf> values;
+  std::vector<Op> ops;
+  std::vector<uint32_t> outputs;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  template <typename T>
+  bool read(T* v) {
+    if (n_ - pos_ < sizeof(T) || pos_ > n_) return false;
+    std::memcpy(v, p_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  const uint8_t* take(size_t bytes) {
+    if (bytes > n_ - pos_) return nullptr;
+    const uint8_t* r = p_ + pos_;
+    pos_ += bytes;
+    return r;
+  }
+  bool done() const { return pos_ == n_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t pos_ = 0;
+};
+
+#define BAD_BLOB(...) Error::make(ErrorCode::kInvalidProgram, "ember.reference blob: " __VA_ARGS__)
+
+Result<void*> parse(const uint8_t* blob, size_t size) {
+  Reader r(blob, size);
+  auto p = std::make_unique<Program>();
+  const uint8_t* magic = r.take(4);
+  if (magic == nullptr || std::memcmp(magic, "ERF1", 4) != 0) return BAD_BLOB("bad magic");
+  uint32_t nvalues, nconsts, nops, nouts;
+  if (!r.read(&p->num_inputs) || !r.read(&nvalues) || !r.read(&nconsts) || !r.read(&nops) || !r.read(&nouts)) {
+    return BAD_BLOB("truncated header");
+  }
+  if (nconsts > size || nvalues > size || nops > size || nouts > size) return BAD_BLOB("counts exceed blob size");
+  p->consts.resize(nconsts);
+  for (auto& c : p->consts) {
+    uint32_t rank;
+    if (!r.read(&rank) || rank > static_cast<uint32_t>(kMaxDims)) return BAD_BLOB("bad constant rank");
+    c.dim = static_cast<int>(rank);
+    for (int d = 0; d < c.dim; ++d) {
+      if (!r.read(&c.sizes[d]) || c.sizes[d] < 0 || c.sizes[d] > (int64_t{1} << 40)) return BAD_BLOB("bad constant size");
+    }
+    const uint64_t n = static_cast<uint64_t>(c.numel());
+    if (n > size / 4) return BAD_BLOB("constant larger than the blob");
+    const uint8_t* data = r.take(n * 4);
+    if (data == nullptr) return BAD_BLOB("truncated constant data");
+    c.storage.assign(reinterpret_cast<const float*>(data), reinterpret_cast<const float*>(data) + n);
+    c.data = c.storage.data();  // copied: blob offsets are not float-aligned in general
+  }
+  p->values.resize(nvalues);
+  for (auto& v : p->values) {
+    uint64_t max_numel;
+    if (!r.read(&max_numel) || max_numel > (uint64_t{1} << 32)) return BAD_BLOB("bad value size");
+    v.storage.resize(max_numel);
+    v.data = v.storage.data();
+  }
+  p->ops.resize(nops);
+  for (auto& op : p->ops) {
+    uint32_t code, nrefs;
+    if (!r.read(&code) || code > 2 || !r.read(&nrefs) || nrefs != (code == 2 ? 3u : 2u)) return BAD_BLOB("bad op");
+    op.code = static_cast<Opcode>(code);
+    for (uint32_t k = 0; k < nrefs; ++k) {
+      uint32_t kind, index;
+      if (!r.read(&kind) || !r.read(&index) || kind > 3) return BAD_BLOB("bad operand");
+      const uint32_t limit = kind == 0 ? p->num_inputs : kind == 1 ? nvalues : kind == 2 ? nconsts : 1;
+      if (index >= limit) return BAD_BLOB("operand index %u out of range", index);
+      op.refs.push_back(Ref{static_cast<RefKind>(kind), index});
+    }
+    if (!r.read(&op.out) || op.out >= nvalues) return BAD_BLOB("bad op output");
+  }
+  p->outputs.resize(nouts);
+  for (auto& o : p->outputs) {
+    if (!r.read(&o) || o >= nvalues) return BAD_BLOB("bad output index");
+  }
+  if (!r.done()) return BAD_BLOB("trailing bytes");
+  return static_cast<void*>(p.release());
+}
+
+// Resolves an operand to a shaped float view.
+Error resolve(Program& p, const Ref& ref, KernelArgs args, Buf* out) {
+  switch (ref.kind) {
+    case RefKind::kInput: {
+      const EValue& v = args[static_cast<int>(ref.index)];
+      if (!v.is_tensor() || v.tensor.dtype != DType::kFloat32) {
+        return Error::make(ErrorCode::kInvalidArgument, "ember.reference: input %u must be a float32 tensor", ref.index);
+      }
+      out->data = v.tensor.ptr<float>();
+      out->dim = v.tensor.dim;
+      for (int d = 0; d < out->dim; ++d) out->sizes[d] = v.tensor.sizes[d];
+      return Error::ok();
+    }
+    case RefKind::kValue: {
+      const Buf& b = p.values[ref.index];
+      out->data = b.data;
+      out->dim = b.dim;
+      for (int d = 0; d < b.dim; ++d) out->sizes[d] = b.sizes[d];
+      return Error::ok();
+    }
+    case RefKind::kConst: {
+      const Buf& b = p.consts[ref.index];
+      out->data = b.data;
+      out->dim = b.dim;
+      for (int d = 0; d < b.dim; ++d) out->sizes[d] = b.sizes[d];
+      return Error::ok();
+    }
+    case RefKind::kNone:
+      out->data = nullptr;
+      out->dim = 0;
+      return Error::ok();
+  }
+  return Error::make(ErrorCode::kInternal, "ember.reference: bad operand kind");
+}
+
+Error set_shape(Buf& out, const int64_t* sizes, int dim) {
+  int64_t n = 1;
+  for (int d = 0; d < dim; ++d) n *= sizes[d];
+  if (static_cast<uint64_t>(n) > out.storage.size()) {
+    return Error::make(ErrorCode::kOutOfMemory, "ember.reference: result of %" PRId64 " elements exceeds its bound %zu",
+                       n, out.storage.size());
+  }
+  out.dim = dim;
+  for (int d = 0; d < dim; ++d) out.sizes[d] = sizes[d];
+  return Error::ok();
+}
+
+Error elementwise(const Buf& a, const Buf& b, Buf& out, bool mul) {
+  const int dim = a.dim > b.dim ? a.dim : b.dim;
+  int64_t sizes[kMaxDims], sa[kMaxDims], sb[kMaxDims];
+  for (int d = 0; d < dim; ++d) {  // right-aligned broadcasting with element strides
+    const int da = d - (dim - a.dim), db = d - (dim - b.dim);
+    const int64_t na = da >= 0 ? a.sizes[da] : 1, nb = db >= 0 ? b.sizes[db] : 1;
+    if (na != nb && na != 1 && nb != 1) {
+      return Error::make(ErrorCode::kInvalidArgument, "ember.reference: cannot broadcast %" PRId64 " with %" PRId64, na, nb);
+    }
+    sizes[d] = na == 1 ? nb : na;
+  }
+  int64_t ta = 1, tb = 1;
+  for (int d = dim - 1; d >= 0; --d) {
+    const int da = d - (dim - a.dim), db = d - (dim - b.dim);
+    const int64_t na = da >= 0 ? a.sizes[da] : 1, nb = db >= 0 ? b.sizes[db] : 1;
+    sa[d] = na == 1 ? 0 : ta;
+    sb[d] = nb == 1 ? 0 : tb;
+    ta *= na;
+    tb *= nb;
+  }
+  EMBER_TRY(set_shape(out, sizes, dim));
+  const int64_t n = out.numel();
+  float* o = out.storage.data();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i, ia = 0, ib = 0;
+    for (int d = dim - 1; d >= 0; --d) {
+      const int64_t c = rem % sizes[d];
+      rem /= sizes[d];
+      ia += c * sa[d];
+      ib += c * sb[d];
+    }
+    o[i] = mul ? a.data[ia] * b.data[ib] : a.data[ia] + b.data[ib];
+  }
+  return Error::ok();
+}
+
+Error linear(const Buf& x, const Buf& w, const Buf& bias, Buf& out) {
+  if (x.dim < 1 || w.dim != 2 || x.sizes[x.dim - 1] != w.sizes[1] || (bias.data && (bias.dim != 1 || bias.sizes[0] != w.sizes[0]))) {
+    return Error::make(ErrorCode::kInvalidArgument, "ember.reference: linear shapes do not match");
+  }
+  const int64_t k = w.sizes[1], n = w.sizes[0], m = x.numel() / (k == 0 ? 1 : k);
+  int64_t sizes[kMaxDims];
+  for (int d = 0; d < x.dim - 1; ++d) sizes[d] = x.sizes[d];
+  sizes[x.dim - 1] = n;
+  EMBER_TRY(set_shape(out, sizes, x.dim));
+  float* o = out.storage.data();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = bias.data ? bias.data[j] : 0.0f;
+      for (int64_t t = 0; t < k; ++t) acc += x.data[i * k + t] * w.data[j * k + t];
+      o[i * n + j] = acc;
+    }
+  }
+  return Error::ok();
+}
+
+class ReferenceBackend final : public Backend {
+ public:
+  Result<void*> init(const uint8_t* blob, size_t size, const CompileSpec*, size_t) override {
+    return parse(blob, size);
+  }
+
+  Error execute(void* handle, KernelContext&, KernelArgs args) override {
+    Program& p = *static_cast<Program*>(handle);
+    if (args.n != static_cast<int>(p.num_inputs + p.outputs.size())) {
+      return Error::make(ErrorCode::kInvalidProgram, "ember.reference: called with %d values, expected %zu", args.n,
+                         p.num_inputs + p.outputs.size());
+    }
+    for (const Op& op : p.ops) {
+      Buf a, b, c;
+      EMBER_TRY(resolve(p, op.refs[0], args, &a));
+      EMBER_TRY(resolve(p, op.refs[1], args, &b));
+      Buf& out = p.values[op.out];
+      if (op.code == Opcode::kLinear) {
+        EMBER_TRY(resolve(p, op.refs[2], args, &c));
+        EMBER_TRY(linear(a, b, c, out));
+      } else {
+        EMBER_TRY(elementwise(a, b, out, op.code == Opcode::kMul));
+      }
+    }
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+      const Buf& v = p.values[p.outputs[k]];
+      EValue& ev = args[static_cast<int>(p.num_inputs + k)];
+      if (!ev.is_tensor() || ev.tensor.dtype != DType::kFloat32) {
+        return Error::make(ErrorCode::kInvalidProgram, "ember.reference: output %zu is not a float32 tensor", k);
+      }
+      EMBER_TRY(ev.tensor.resize(v.sizes, v.dim));
+      std::memcpy(ev.tensor.data, v.data, static_cast<size_t>(v.numel()) * sizeof(float));
+    }
+    return Error::ok();
+  }
+
+  void destroy(void* handle) override { delete static_cast<Program*>(handle); }
+};
+
+}  // namespace
+
+void ember_register_backend_reference(BackendRegistry& registry) {
+  static ReferenceBackend backend;
+  registry.add("ember.reference", &backend);
+}
+
+}  // namespace ember

@@ -1,0 +1,56 @@
+"""The `ember` command: composes the subcommands that each package registers.
+
+A subcommand module exposes `register(subparsers)`, which adds its parser and sets
+`func(args) -> int` as the default. Modules are listed here, imported only when the CLI runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMAND_MODULES = (
+    "ember.llm.cli_export",
+    "ember.llm.cli_generate",
+    "ember.llm.cli_chat",
+    "ember.llm.cli_bench",
+    "ember.export.cli_inspect",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ember import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ember",
+        description="Export Hugging Face LLMs to one .ember file and run them on ember's C++ runtime.")
+    parser.add_argument("--version", action="version", version=f"ember {__version__}")
+    parser.set_defaults(func=None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # subcommand not part of this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

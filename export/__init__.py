@@ -1,0 +1,35 @@
+"""ember.export: the lowering stack (torch.export program -> .ember Program).
+
+    from ember.export import lower, Program
+    program = lower(torch.export.export(model, args), metadata={"my.key": 1})
+    program.save("model.ember"); print(program.summary())
+
+Torch is imported lazily: `Program` (reading/writing files) works without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.export.errors import ExportError, UnsupportedOpError
+from ember.export.program import Program
+
+__all__ = ["BackendDetails", "CompileSpec", "ExportError", "LoweringConfig", "Partitioner", "Program", "Subgraph",
+           "UnsupportedOpError", "lower"]
+
+_LAZY = {
+    "lower": "ember.export.lower",
+    "LoweringConfig": "ember.export.lower",
+    "BackendDetails": "ember.export.backend",
+    "CompileSpec": "ember.export.backend",
+    "Partitioner": "ember.export.backend",
+    "Subgraph": "ember.export.backend",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ember.export' has no attribute '{name}'")

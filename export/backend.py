@@ -1,0 +1,64 @@
+"""Backend delegate interfaces: a Partitioner picks nodes, BackendDetails turns them into a blob.
+
+A backend named `id` must also have a C++ runtime `Backend` registered under the same id
+(backends/<name>/runtime/*.cpp). At run time the delegate receives its inputs followed by its
+planned outputs, in the order of `Subgraph.inputs` and `Subgraph.outputs`.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    key: str
+    value: bytes
+
+
+@dataclass
+class Subgraph:
+    """A connected run of nodes handed to one backend.
+
+    `inputs` are the values the delegate receives at run time (user inputs, state, activations);
+    constants read inside the subgraph are not inputs: their tensors are in `constants`, for the
+    backend to pack into its blob. `max_shapes` gives every tensor node's upper-bound shape.
+    """
+
+    nodes: list[Node]
+    inputs: list[Node]
+    outputs: list[Node]
+    constants: dict[Node, torch.Tensor] = field(default_factory=dict)
+    max_shapes: dict[Node, list[int]] = field(default_factory=dict)
+
+
+class BackendDetails(abc.ABC):
+    """Ahead-of-time half of a backend."""
+
+    id: str = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def preprocess(cls, subgraph: Subgraph, compile_specs: list[CompileSpec]) -> bytes:
+        """Returns the blob the runtime backend's `init` receives."""
+
+
+class Partitioner(abc.ABC):
+    """Chooses the nodes a backend takes over."""
+
+    backend: type[BackendDetails]
+
+    def __init__(self, compile_specs: list[CompileSpec] | None = None):
+        self.compile_specs = list(compile_specs or [])
+
+    @abc.abstractmethod
+    def supports(self, node: Node, constants: dict[Node, torch.Tensor]) -> bool:
+        """True if the backend can run this call_function node (given which inputs are constants)."""
+
+    def ops_to_not_decompose(self) -> list[torch._ops.OpOverload]:
+        """Composite ops this backend wants to see whole (kept out of the decomposition table)."""
+        return []

@@ -1,0 +1,85 @@
+"""`ember inspect FILE`: what is inside a .ember program."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ember.export.program import Program, _human
+
+
+def describe(path: str) -> dict[str, Any]:
+    import ember.runtime
+
+    prog = Program.load(path)
+    runtime = ember.runtime.load(path)  # also proves the runtime accepts the file
+    major, minor = runtime.format_version
+    seg_sizes = [len(memoryview(s).cast("B")) for s in prog.segments]
+    metadata = {}
+    for k, v in prog.metadata.items():
+        if isinstance(v, bytes):
+            metadata[k] = f"<{_human(len(v))} of bytes>"
+        elif isinstance(v, str) and len(v) > 120:
+            metadata[k] = v[:117].replace("\n", "\\n") + "..."
+        else:
+            metadata[k] = v
+    return {
+        "file": path,
+        "file_size": runtime.file_size,
+        "format_version": f"{major}.{minor}",
+        "metadata": metadata,
+        "state": [{"name": (s.name.decode() if isinstance(s.name, bytes) else s.name),
+                   "sizes": list(s.sizes if s.sizes is not None else [])} for s in prog.root.state or []],
+        "segments": {"count": len(seg_sizes), "total": sum(seg_sizes), "largest": max(seg_sizes, default=0)},
+        "methods": {name: prog.method_stats(name) for name in prog.methods},
+    }
+
+
+def render(info: dict[str, Any]) -> str:
+    out = [f"{info['file']}: ember program, format {info['format_version']}, {_human(info['file_size'])}"]
+    seg = info["segments"]
+    out.append(f"segments: {seg['count']} ({_human(seg['total'])}, largest {_human(seg['largest'])})")
+    out.append("metadata:")
+    for k, v in sorted(info["metadata"].items()):
+        out.append(f"  {k} = {v}")
+    if info["state"]:
+        out.append("state:")
+        for s in info["state"]:
+            out.append(f"  {s['name']}: {s['sizes']}")
+    for name, m in info["methods"].items():
+        out.append(f"method {name}:")
+        out.append(f"  inputs:  {', '.join(m['inputs'])}")
+        out.append(f"  outputs: {', '.join(m['outputs'])}")
+        ratio = m["arena_size"] / m["activation_bytes"] * 100 if m["activation_bytes"] else 0
+        out.append(f"  arena: {_human(m['arena_size'])} (activations before sharing: "
+                   f"{_human(m['activation_bytes'])}, {ratio:.0f}%); constants: {_human(m['constants_bytes'])}")
+        out.append(f"  instructions: {m['instructions']}; portable kernel calls: {m['portable_nodes']}")
+        for backend, n in m["delegated_nodes"].items():
+            out.append(f"  delegated to {backend}: {n} nodes")
+        out.append("  ops:")
+        for op, n in m["ops"].items():
+            out.append(f"    {n:5d}  {op}")
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ember.runtime.errors import EmberError
+
+    try:
+        info = describe(args.file)
+    except EmberError as exc:
+        print(f"ember inspect: {args.file}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(info, indent=2, default=str) if args.json else render(info))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="show what is inside a .ember file",
+                       description="Header, version, metadata, methods with their inputs/outputs and bounds, "
+                                   "op histogram, delegated vs portable nodes, arena and segment sizes.")
+    p.add_argument("file", help="path to a .ember program")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=run)

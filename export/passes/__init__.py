@@ -1,0 +1,49 @@
+"""Graph passes run on every method before emission, in registration order.
+
+Each pass is one file exposing a function `(LoweringGraph, PassContext) -> None` registered with
+`@register_pass(name)`; it rewrites the FX graph in place and may append a note for the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ember.export.graph import LoweringGraph
+
+
+@dataclass(frozen=True)
+class PassContext:
+    kernel_names: frozenset[str]     # ops the runtime implements
+    fold_limit_bytes: int            # largest constant a folded op may create
+
+
+PassFn = Callable[[LoweringGraph, PassContext], None]
+PASSES: list[tuple[str, PassFn]] = []
+
+
+def register_pass(name: str) -> Callable[[PassFn], PassFn]:
+    def deco(fn: PassFn) -> PassFn:
+        PASSES.append((name, fn))
+        return fn
+
+    return deco
+
+
+def run_passes(g: LoweringGraph, ctx: PassContext, skip: frozenset[str] = frozenset()) -> None:
+    _load_builtin_passes()
+    for name, fn in PASSES:
+        if name not in skip:
+            fn(g, ctx)
+    g.graph.lint()
+
+
+def _load_builtin_passes() -> None:
+    # Imported for their registration; order here is the order passes run.
+    from ember.export.passes import (  # noqa: F401
+        drop_asserts,
+        remove_noops,
+        specialize_sym_sizes,
+        constant_folding,
+        dead_code,
+    )

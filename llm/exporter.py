@@ -1,0 +1,157 @@
+"""``export_llm``: HF checkpoint / GGUF -> torch.export -> ember lowering -> .ember file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+from .config import DType, ExportConfig, LogitsMode
+from .exportable import ExportableLLM
+from .source import LoadedSource, load_source, tokenizer_config_json
+
+__all__ = ["export_llm", "build_metadata", "export_program"]
+
+
+def _ember_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ember")
+    except Exception:  # not installed (source tree)
+        return "0.0.0+source"
+
+
+def _special_ids(loaded: LoadedSource) -> tuple[int | None, list[int], int | None]:
+    tok = loaded.tokenizer
+    gen = loaded.generation_config
+    config = loaded.model.config
+    bos = tok.bos_token_id if tok.bos_token_id is not None else config.bos_token_id
+    eos_ids: list[int] = []
+    for candidate in (tok.eos_token_id, config.eos_token_id, gen.eos_token_id if gen is not None else None):
+        for token_id in candidate if isinstance(candidate, (list, tuple)) else [candidate]:
+            if token_id is not None and int(token_id) not in eos_ids:
+                eos_ids.append(int(token_id))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else config.pad_token_id
+    return (int(bos) if bos is not None else None), eos_ids, (int(pad) if pad is not None else None)
+
+
+def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportConfig) -> dict[str, Any]:
+    """The program's key/value metadata (python int/float/bool/str/list[int]/bytes only)."""
+    bos, eos_ids, pad = _special_ids(loaded)
+    geometry = wrapper.cache.geometry
+    metadata: dict[str, Any] = {
+        "llm.family": wrapper.adapter.model_type,
+        "llm.max_seq_len": config.max_seq_len,
+        "llm.max_context_len": config.max_context_len,
+        "llm.vocab_size": wrapper.vocab_size,
+        "llm.logits": config.logits.value,
+        "llm.eos_ids": eos_ids,
+        "llm.n_layers": geometry.n_layers,
+        "llm.n_kv_heads": geometry.n_kv_heads,
+        "llm.head_dim": geometry.head_dim,
+        "llm.sliding_windows": wrapper.quirks.sliding_windows,
+        "tokenizer.kind": loaded.tokenizer_kind.value,
+        "tokenizer.data": loaded.tokenizer_data,
+        "tokenizer.config": tokenizer_config_json(loaded.tokenizer, bos, eos_ids, pad),
+        "export.ember_version": _ember_version(),
+        "export.torch_version": torch.__version__,
+        "export.transformers_version": transformers.__version__,
+        "export.source": loaded.name,
+        "export.dtype": config.dtype.value,
+        "export.time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if bos is not None:
+        metadata["llm.bos_id"] = bos
+    if pad is not None:
+        metadata["llm.pad_id"] = pad
+    template = loaded.tokenizer.chat_template
+    if isinstance(template, str) and template:
+        metadata["chat.template"] = template
+    gen = loaded.generation_config
+    if gen is not None:
+        # Only what the checkpoint sets (to_diff_dict drops GenerationConfig's defaults).
+        chosen = gen.to_diff_dict()
+        for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
+            if chosen.get(key) is not None:
+                metadata[f"generation.{key}"] = int(chosen[key]) if key == "top_k" else float(chosen[key])
+        if "do_sample" in chosen:
+            metadata["generation.do_sample"] = bool(chosen["do_sample"])
+    return metadata
+
+
+def export_program(
+    source: Any,
+    config: ExportConfig,
+    tokenizer: Any = None,
+    progress: bool = True,
+) -> tuple[torch.export.ExportedProgram, dict[str, Any], ExportableLLM]:
+    """Load + torch.export only (no lowering): the ExportedProgram, its metadata and the wrapper."""
+    with tqdm(total=2, desc="ember export", unit="stage", disable=not progress) as bar:
+        bar.set_postfix_str("loading")
+        loaded = load_source(source, config.dtype.value, tokenizer)
+        wrapper = ExportableLLM(loaded.model, config)
+        bar.update(1)
+        bar.set_postfix_str("torch.export")
+        exported = wrapper.export()
+        bar.update(1)
+    return exported, build_metadata(loaded, wrapper, config), wrapper
+
+
+def export_llm(
+    source: Any,
+    output: str | Path | None = None,
+    *,
+    max_context_len: int = 2048,
+    max_seq_len: int = 128,
+    dtype: str | DType = "float32",
+    backend: str | None = None,
+    logits: str | LogitsMode = "last",
+    tokenizer: Any = None,
+    progress: bool = True,
+):
+    """Export a decoder-only HF LLM to one ``.ember`` file and return the lowered ``Program``.
+
+    source: a local HF checkpoint folder (config.json, safetensors, tokenizer.json or
+        tokenizer.model, chat template), a ``.gguf`` file, or a ``PreTrainedModel``
+        (then pass ``tokenizer=``).
+    output: the file to write; default ``<source name>.ember`` in the current folder;
+        nothing is written when the source is an in-memory model and output is None.
+    max_context_len: KV cache slots (prompt + generated tokens).
+    max_seq_len: the most tokens one call takes (prefill chunk); decode uses 1.
+    dtype: "float32" | "bfloat16" | "float16" weights/activations.
+    backend: name of an ember delegate to partition to (None = portable kernels).
+    logits: "last" ([1, vocab], generation) or "all" ([1, T, vocab], evals).
+    """
+    config = ExportConfig(max_context_len=max_context_len, max_seq_len=max_seq_len, dtype=dtype, logits=logits)
+    try:
+        from ember.export import lower
+    except ImportError as error:
+        raise ImportError(
+            f"ember.export.lower is not available ({error}); install ember with its export extra "
+            "(pip install -e '.[export]')"
+        ) from error
+
+    exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress)
+    with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
+        bar.set_postfix_str("lowering")
+        lower_kwargs: dict[str, Any] = {"metadata": metadata}
+        if backend is not None:
+            lower_kwargs["backend"] = backend
+        program = lower(exported, **lower_kwargs)
+        bar.update(1)
+        bar.set_postfix_str("writing")
+        if output is None and not isinstance(source, torch.nn.Module):
+            output = Path(Path(str(source)).name).with_suffix(".ember")
+        if output is not None:
+            program.save(str(output))
+        bar.update(1)
+    if progress:
+        print(program.summary())
+        if output is not None:
+            print(f"wrote {output}")
+    return program

@@ -1,0 +1,52 @@
+// Backend delegates: a lowered subgraph is stored as an opaque blob and executed by the
+// backend registered under its id.
+//
+// Lifetime: `init` is called once per Method load with the blob bytes, which stay valid (they
+// are mmapped from the program) until `destroy`, so a backend may keep pointers into them
+// instead of copying weights. The handle it returns is owned by the backend and released by
+// `destroy`. `execute` receives the delegate inputs followed by its outputs; outputs are
+// planned tensors the backend must resize and fill.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/runtime/error.h"
+#include "ember/runtime/kernel.h"
+
+namespace ember {
+
+struct CompileSpec {
+  std::string_view key;
+  const uint8_t* value = nullptr;  // points into the program
+  size_t size = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Result<void*> init(const uint8_t* blob, size_t size, const CompileSpec* specs,
+                             size_t num_specs) = 0;
+  virtual Error execute(void* handle, KernelContext& ctx, KernelArgs args) = 0;
+  virtual void destroy(void* handle) = 0;
+};
+
+class BackendRegistry {
+ public:
+  static BackendRegistry& global();
+  // The registry does not own `backend`; it must live for the whole process.
+  void add(std::string_view id, Backend* backend);
+  Backend* find(std::string_view id) const;  // nullptr when unknown
+  std::vector<std::string> ids() const;
+
+ private:
+  std::vector<std::pair<std::string, Backend*>> entries_;
+};
+
+// Registers the backends compiled into this build (called by ember::initialize()).
+void register_builtin_backends(BackendRegistry& registry);
+
+}  // namespace ember

@@ -1,0 +1,79 @@
+// Method: an executable instance of one method of a Program.
+//
+// It owns its value table and its planned activation arena (one allocation, sized at export
+// by the memory planner). Inputs are bound by pointer (no copy) and must stay alive and
+// unchanged until execute() returns. Outputs are views into the arena, the state or the
+// constants, valid until the next execute(). A Method is not thread-safe: use one per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/runtime/backend.h"
+#include "ember/runtime/evalue.h"
+#include "ember/runtime/kernel.h"
+
+namespace ember {
+
+class Program;
+
+// What a method input accepts: dtype, rank and per-dim upper bounds (exact when static).
+struct TensorSpec {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> sizes;   // upper bounds
+  std::vector<bool> dynamic;    // true: any size in [0, sizes[d]]
+};
+
+struct InstructionInfo {
+  std::string kind;             // "kernel", "delegate" or "copy"
+  std::string name;             // op name or backend id
+};
+
+class Method {
+ public:
+  ~Method();
+  Method(const Method&) = delete;
+  Method& operator=(const Method&) = delete;
+
+  const std::string& name() const { return name_; }
+  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_outputs() const { return outputs_.size(); }
+  const TensorSpec& input_spec(size_t i) const { return input_specs_[i]; }
+
+  // Binds input `i` to caller memory after checking dtype, rank and sizes against the spec.
+  Error set_input(size_t i, const Tensor& t);
+  // Runs all instructions. Fails with the op name and instruction index if a kernel fails,
+  // or if an input was not bound.
+  Error execute();
+  const EValue& output(size_t i) const { return *outputs_[i]; }
+
+  size_t arena_size() const { return arena_size_; }
+  size_t num_instructions() const;
+  InstructionInfo instruction_info(size_t i) const;
+
+ private:
+  friend class Program;
+  Method();
+  struct Instr;
+  struct DelegateInstance;
+  Error load(std::shared_ptr<Program> program, uint32_t index);
+
+  std::shared_ptr<Program> program_;
+  std::string name_;
+  std::vector<EValue> values_;
+  std::vector<std::vector<EValue*>> lists_;         // storage for list items
+  std::vector<EValue*> arg_storage_;                // instruction arguments, flat
+  std::vector<EValue*> inputs_;
+  std::vector<bool> input_bound_;
+  std::vector<TensorSpec> input_specs_;
+  std::vector<EValue*> outputs_;
+  std::vector<Instr> instrs_;
+  std::vector<std::string> op_names_;
+  std::vector<DelegateInstance> delegates_;
+  uint8_t* arena_ = nullptr;
+  size_t arena_size_ = 0;
+};
+
+}  // namespace ember

@@ -1,0 +1,99 @@
+// Program: a loaded, verified .ember file.
+//
+// File layout: a 64-byte header (magic "EMBR\0\0\0\0", format major/minor, flatbuffer
+// offset/size, data offset/size), the flatbuffer (schema program.fbs), then the data segments.
+// `load_file` mmaps the file (weights are never copied); `load_bytes` copies the buffer once.
+// Loading verifies the header, the flatbuffer and every index/offset/size read from it, so a
+// corrupted file yields an Error, never a crash. The Program owns the mapped bytes and the
+// program-level state (e.g. the KV cache) shared by all methods; keep it alive (shared_ptr)
+// as long as any Method created from it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ember/runtime/error.h"
+#include "ember/runtime/tensor.h"
+
+namespace ember {
+
+namespace fb {
+struct Program;
+}
+
+class Method;
+
+constexpr uint32_t kFormatMajor = 1;
+constexpr uint32_t kFormatMinor = 0;
+constexpr size_t kHeaderSize = 64;
+
+enum class MetaKind : uint8_t { kInt, kDouble, kBool, kString, kIntList, kBytes };
+
+// One metadata entry; views point into the program's bytes.
+struct MetaEntry {
+  std::string_view key;
+  MetaKind kind = MetaKind::kInt;
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  std::string_view bytes;             // kString and kBytes
+  std::vector<int64_t> ints;          // kIntList
+};
+
+struct StateInfo {
+  std::string name;
+  Tensor tensor;  // points into program-owned memory
+};
+
+class Program : public std::enable_shared_from_this<Program> {
+ public:
+  ~Program();
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
+  static Result<std::shared_ptr<Program>> load_file(const std::string& path);
+  static Result<std::shared_ptr<Program>> load_bytes(const uint8_t* data, size_t size);
+
+  std::vector<std::string> method_names() const;
+  // Creates an executable instance of a method (its own arena and value table).
+  Result<std::unique_ptr<Method>> load_method(std::string_view name);
+
+  const std::vector<MetaEntry>& metadata() const { return metadata_; }
+  const MetaEntry* find_metadata(std::string_view key) const;  // nullptr when absent
+
+  // Program-level state shared by methods; reset_state() restores the initial values.
+  const std::vector<StateInfo>& state() const { return state_; }
+  void reset_state();
+
+  size_t file_size() const { return size_; }
+  uint32_t format_major() const { return major_; }
+  uint32_t format_minor() const { return minor_; }
+
+  // Internal: verified flatbuffer root and segment access for Method.
+  const fb::Program* root() const { return root_; }
+  // Returns the bytes of segment `index` (bounds were verified at load).
+  Result<std::string_view> segment(uint32_t index) const;
+
+ private:
+  Program() = default;
+  static Result<std::shared_ptr<Program>> finish_load(std::shared_ptr<Program> p);
+  Error verify();
+  Error load_metadata();
+  Error load_state();
+
+  const uint8_t* base_ = nullptr;  // whole file
+  size_t size_ = 0;
+  void* mapping_ = nullptr;        // mmap base when loaded from a path
+  std::vector<uint8_t> owned_;     // copy when loaded from bytes (64-byte aligned inside)
+  uint32_t major_ = 0, minor_ = 0;
+  uint64_t data_offset_ = 0, data_size_ = 0;
+  const fb::Program* root_ = nullptr;
+  std::vector<MetaEntry> metadata_;
+  std::vector<StateInfo> state_;
+  std::vector<std::unique_ptr<uint8_t[]>> state_storage_;
+};
+
+}  // namespace ember

@@ -1,0 +1,479 @@
+// Method loading (value table, instruction table, delegates, arena) and the interpreter loop.
+#include "ember/runtime/method.h"
+
+#include <cinttypes>
+#include <cstdlib>
+#include <cstring>
+
+#include "ember/runtime/program.h"
+#include "program_generated.h"
+
+namespace ember {
+
+struct Method::Instr {
+  enum class Kind : uint8_t { kKernel, kDelegate, kCopy } kind = Kind::kKernel;
+  KernelFn fn = nullptr;
+  uint32_t index = 0;      // operator or delegate index
+  size_t arg_offset = 0;   // into arg_storage_
+  int nargs = 0;           // args + outputs
+  EValue* const* args = nullptr;
+};
+
+struct Method::DelegateInstance {
+  Backend* backend = nullptr;
+  void* handle = nullptr;
+  std::string id;
+};
+
+namespace {
+
+constexpr uint64_t kMaxArenaBytes = uint64_t{64} << 30;
+
+bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total && len <= total - off; }
+
+template <typename Vec>
+uint32_t vsize(const Vec* v) {
+  return v == nullptr ? 0 : v->size();
+}
+
+}  // namespace
+
+Method::Method() = default;
+
+Method::~Method() {
+  for (auto& d : delegates_) {
+    if (d.backend != nullptr && d.handle != nullptr) d.backend->destroy(d.handle);
+  }
+  std::free(arena_);
+}
+
+Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
+  program_ = std::move(program);
+  const fb::Method* m = program_->root()->methods()->Get(index);
+  name_ = m->name() != nullptr ? m->name()->str() : "";
+
+  // Arena: one 64-byte-aligned allocation, never touched until kernels write it.
+  arena_size_ = static_cast<size_t>(m->arena_size());
+  EMBER_CHECK(m->arena_size() <= kMaxArenaBytes, ErrorCode::kInvalidProgram,
+              "arena size %" PRIu64 " bytes is above the 64 GiB limit", m->arena_size());
+  if (arena_size_ > 0) {
+    arena_ = static_cast<uint8_t*>(std::aligned_alloc(64, (arena_size_ + 63) / 64 * 64));
+    EMBER_CHECK(arena_ != nullptr, ErrorCode::kOutOfMemory, "cannot allocate the %zu-byte arena", arena_size_);
+  }
+
+  // Values.
+  const auto* vals = m->values();
+  const uint32_t nv = vsize(vals);
+  values_.assign(nv, EValue());
+  auto check_index = [&](int32_t k, const char* what) -> Error {
+    EMBER_CHECK(k >= 0 && static_cast<uint32_t>(k) < nv, ErrorCode::kInvalidProgram,
+                "%s refers to value %d, outside the %u values of method '%s'", what, k, nv, name_.c_str());
+    return Error::ok();
+  };
+  const auto& state = program_->state();
+  for (uint32_t i = 0; i < nv; ++i) {
+    const fb::Value* fv = vals->Get(i);
+    EValue& v = values_[i];
+    switch (fv->v_type()) {
+      case fb::ValueKind::NONE:
+      case fb::ValueKind::Null:
+        v.tag = Tag::kNone;
+        break;
+      case fb::ValueKind::Int:
+        v.tag = Tag::kInt;
+        v.scalar.i = fv->v_as_Int()->v();
+        break;
+      case fb::ValueKind::Double:
+        v.tag = Tag::kDouble;
+        v.scalar.d = fv->v_as_Double()->v();
+        break;
+      case fb::ValueKind::Bool:
+        v.tag = Tag::kBool;
+        v.scalar.b = fv->v_as_Bool()->v();
+        break;
+      case fb::ValueKind::String: {
+        v.tag = Tag::kString;
+        const auto* s = fv->v_as_String()->v();
+        v.str = s != nullptr ? s->c_str() : "";
+        v.count = s != nullptr ? static_cast<int32_t>(s->size()) : 0;
+        break;
+      }
+      case fb::ValueKind::DoubleList: {
+        v.tag = Tag::kDoubleList;
+        const auto* items = fv->v_as_DoubleList()->items();
+        v.doubles = items != nullptr ? items->data() : nullptr;
+        v.count = static_cast<int32_t>(vsize(items));
+        break;
+      }
+      case fb::ValueKind::BoolList: {
+        v.tag = Tag::kBoolList;
+        const auto* items = fv->v_as_BoolList()->items();
+        v.bools = items != nullptr ? reinterpret_cast<const uint8_t*>(items->data()) : nullptr;
+        v.count = static_cast<int32_t>(vsize(items));
+        break;
+      }
+      case fb::ValueKind::IntList:
+      case fb::ValueKind::TensorList: {
+        const bool ints = fv->v_type() == fb::ValueKind::IntList;
+        const auto* items = ints ? fv->v_as_IntList()->items() : fv->v_as_TensorList()->items();
+        v.tag = ints ? Tag::kIntList : Tag::kTensorList;
+        lists_.emplace_back();
+        auto& list = lists_.back();
+        for (uint32_t k = 0; k < vsize(items); ++k) {
+          const int32_t e = items->Get(k);
+          if (!ints && e == -1) {
+            list.push_back(nullptr);
+            continue;
+          }
+          EMBER_TRY(check_index(e, ints ? "an int list" : "a tensor list"));
+          const fb::ValueKind want = ints ? fb::ValueKind::Int : fb::ValueKind::Tensor;
+          EMBER_CHECK(vals->Get(static_cast<uint32_t>(e))->v_type() == want, ErrorCode::kInvalidProgram,
+                      "value %u: list item %u (value %d) is not %s", i, k, e, ints ? "an int" : "a tensor");
+          list.push_back(&values_[static_cast<size_t>(e)]);
+        }
+        v.count = static_cast<int32_t>(list.size());
+        break;
+      }
+      case fb::ValueKind::Tensor: {
+        const fb::Tensor* ft = fv->v_as_Tensor();
+        v.tag = Tag::kTensor;
+        Tensor& t = v.tensor;
+        const int dt = static_cast<int>(ft->dtype());
+        EMBER_CHECK(dtype_valid(dt), ErrorCode::kInvalidProgram, "value %u: invalid dtype %d", i, dt);
+        t.dtype = static_cast<DType>(dt);
+        const uint32_t rank = vsize(ft->sizes());
+        EMBER_CHECK(rank <= static_cast<uint32_t>(kMaxDims), ErrorCode::kInvalidProgram,
+                    "value %u: rank %u is above %d", i, rank, kMaxDims);
+        t.dim = static_cast<int32_t>(rank);
+        uint64_t numel = 1;
+        for (uint32_t d = 0; d < rank; ++d) {
+          const int64_t s = ft->sizes()->Get(d);
+          EMBER_CHECK(s >= 0 && (s == 0 || numel <= (uint64_t{1} << 48) / static_cast<uint64_t>(s)),
+                      ErrorCode::kInvalidProgram, "value %u: invalid size %" PRId64 " at dim %u", i, s, d);
+          numel *= static_cast<uint64_t>(s);
+          t.sizes[d] = s;
+        }
+        const uint64_t need = numel * dtype_size(t.dtype);
+        const uint64_t nbytes = ft->nbytes();
+        switch (ft->storage()) {
+          case fb::Storage::Arena:
+            EMBER_CHECK(need <= nbytes && in_bounds(ft->offset(), nbytes, arena_size_), ErrorCode::kInvalidProgram,
+                        "value %u: arena slice [%" PRIu64 ", +%" PRIu64 ") does not fit the %zu-byte arena "
+                        "or its %" PRIu64 "-byte shape",
+                        i, ft->offset(), nbytes, arena_size_, need);
+            t.data = arena_ + ft->offset();
+            t.capacity = static_cast<size_t>(nbytes);
+            break;
+          case fb::Storage::Constant: {
+            auto seg = program_->segment(ft->segment());
+            if (!seg.ok()) return seg.error().with_context("value " + std::to_string(i));
+            EMBER_CHECK(need <= nbytes && in_bounds(ft->offset(), nbytes, seg.value().size()),
+                        ErrorCode::kInvalidProgram,
+                        "value %u: constant slice [%" PRIu64 ", +%" PRIu64 ") does not fit segment %u (%zu bytes)",
+                        i, ft->offset(), nbytes, ft->segment(), seg.value().size());
+            // Constants are never written: the loader only lets Arena/State tensors be outputs.
+            t.data = const_cast<char*>(seg.value().data() + ft->offset());
+            t.capacity = static_cast<size_t>(nbytes);
+            break;
+          }
+          case fb::Storage::State: {
+            EMBER_CHECK(ft->state() < state.size(), ErrorCode::kInvalidProgram,
+                        "value %u: state index %u is out of range (%zu state tensors)", i, ft->state(), state.size());
+            const Tensor& st = state[ft->state()].tensor;
+            EMBER_CHECK(st.dtype == t.dtype && need == st.capacity, ErrorCode::kInvalidProgram,
+                        "value %u: does not match the dtype/size of state '%s'", i, state[ft->state()].name.c_str());
+            t.data = st.data;
+            t.capacity = st.capacity;
+            break;
+          }
+          case fb::Storage::Input:
+          case fb::Storage::Alias:
+            // Bound by set_input or by a view kernel; until then it is empty.
+            t.data = nullptr;
+            t.capacity = 0;
+            for (uint32_t d = 0; d < rank; ++d) t.sizes[d] = 0;
+            break;
+          default:
+            return Error::make(ErrorCode::kInvalidProgram, "value %u: unknown storage kind %d", i,
+                               static_cast<int>(ft->storage()));
+        }
+        break;
+      }
+      default:
+        return Error::make(ErrorCode::kInvalidProgram, "value %u: unknown value kind %d", i,
+                           static_cast<int>(fv->v_type()));
+    }
+  }
+  // Bind list item pointers now that lists_ no longer reallocates.
+  {
+    size_t li = 0;
+    for (uint32_t i = 0; i < nv; ++i) {
+      if (values_[i].tag == Tag::kIntList || values_[i].tag == Tag::kTensorList) {
+        values_[i].items = lists_[li].data();
+        ++li;
+      }
+    }
+  }
+  auto storage_of = [&](int32_t k) { return vals->Get(static_cast<uint32_t>(k))->v_as_Tensor()->storage(); };
+  auto is_tensor = [&](int32_t k) { return values_[static_cast<size_t>(k)].tag == Tag::kTensor; };
+
+  // Inputs and outputs.
+  for (uint32_t k = 0; k < vsize(m->inputs()); ++k) {
+    const int32_t vi = m->inputs()->Get(k);
+    EMBER_TRY(check_index(vi, "an input"));
+    EMBER_CHECK(is_tensor(vi) && storage_of(vi) == fb::Storage::Input, ErrorCode::kInvalidProgram,
+                "input %u (value %d) is not an input tensor", k, vi);
+    const fb::Tensor* ft = vals->Get(static_cast<uint32_t>(vi))->v_as_Tensor();
+    TensorSpec spec;
+    spec.dtype = values_[static_cast<size_t>(vi)].tensor.dtype;
+    for (uint32_t d = 0; d < vsize(ft->sizes()); ++d) {
+      spec.sizes.push_back(ft->sizes()->Get(d));
+      spec.dynamic.push_back(d < vsize(ft->dynamic()) && ft->dynamic()->Get(d));
+    }
+    inputs_.push_back(&values_[static_cast<size_t>(vi)]);
+    input_specs_.push_back(std::move(spec));
+  }
+  input_bound_.assign(inputs_.size(), false);
+  for (uint32_t k = 0; k < vsize(m->outputs()); ++k) {
+    const int32_t vi = m->outputs()->Get(k);
+    EMBER_TRY(check_index(vi, "an output"));
+    outputs_.push_back(&values_[static_cast<size_t>(vi)]);
+  }
+
+  // Operators: resolve kernels by name.
+  std::vector<const KernelDef*> kernels;
+  for (uint32_t k = 0; k < vsize(m->operators()); ++k) {
+    const auto* nm = m->operators()->Get(k)->name();
+    const std::string name = nm != nullptr ? nm->str() : "";
+    const KernelDef* def = KernelRegistry::global().find(name);
+    EMBER_CHECK(def != nullptr, ErrorCode::kNotFound,
+                "operator '%s' has no kernel in this runtime; re-export with a delegate that "
+                "handles it, or upgrade ember",
+                name.c_str());
+    kernels.push_back(def);
+    op_names_.push_back(name);
+  }
+
+  // Delegates: look up backends and initialize them with their blobs.
+  for (uint32_t k = 0; k < vsize(m->delegates()); ++k) {
+    const fb::Delegate* fd = m->delegates()->Get(k);
+    DelegateInstance inst;
+    inst.id = fd->backend() != nullptr ? fd->backend()->str() : "";
+    inst.backend = BackendRegistry::global().find(inst.id);
+    if (inst.backend == nullptr) {
+      std::string known;
+      for (const auto& id : BackendRegistry::global().ids()) known += (known.empty() ? "" : ", ") + id;
+      return Error::make(ErrorCode::kNotFound,
+                         "delegate %u needs backend '%s', which is not registered in this build "
+                         "(registered: %s)",
+                         k, inst.id.c_str(), known.empty() ? "none" : known.c_str());
+    }
+    auto blob = program_->segment(fd->segment());
+    if (!blob.ok()) return blob.error().with_context("delegate " + std::to_string(k));
+    std::vector<CompileSpec> specs;
+    for (uint32_t s = 0; s < vsize(fd->compile_specs()); ++s) {
+      const fb::KeyValue* kv = fd->compile_specs()->Get(s);
+      CompileSpec cs;
+      if (kv->key() != nullptr) cs.key = std::string_view(kv->key()->c_str(), kv->key()->size());
+      if (kv->value() != nullptr) {
+        cs.value = kv->value()->data();
+        cs.size = kv->value()->size();
+      }
+      specs.push_back(cs);
+    }
+    auto handle = inst.backend->init(reinterpret_cast<const uint8_t*>(blob.value().data()), blob.value().size(),
+                                     specs.data(), specs.size());
+    if (!handle.ok()) return handle.error().with_context("initializing backend '" + inst.id + "'");
+    inst.handle = handle.value();
+    delegates_.push_back(std::move(inst));
+  }
+
+  // Instructions.
+  auto check_output = [&](int32_t vi, bool view, uint32_t instr) -> Error {
+    EMBER_TRY(check_index(vi, "an instruction output"));
+    const EValue& v = values_[static_cast<size_t>(vi)];
+    if (v.tag == Tag::kInt) return Error::ok();  // symbolic int results
+    std::vector<int32_t> tensors;
+    if (v.tag == Tag::kTensor) {
+      tensors.push_back(vi);
+    } else if (v.tag == Tag::kTensorList) {
+      for (int32_t e = 0; e < v.count; ++e) {
+        EMBER_CHECK(v.items[e] != nullptr, ErrorCode::kInvalidProgram,
+                    "instruction %u: output list %d holds None", instr, vi);
+        tensors.push_back(static_cast<int32_t>(v.items[e] - values_.data()));
+      }
+    } else {
+      return Error::make(ErrorCode::kInvalidProgram, "instruction %u: output value %d is a %s", instr, vi,
+                         tag_name(v.tag));
+    }
+    for (int32_t t : tensors) {
+      const fb::Storage s = storage_of(t);
+      const bool ok = view ? s == fb::Storage::Alias : (s == fb::Storage::Arena || s == fb::Storage::State);
+      EMBER_CHECK(ok, ErrorCode::kInvalidProgram,
+                  "instruction %u: output tensor %d has storage %s, which this instruction may not write",
+                  instr, t, fb::EnumNameStorage(s));
+    }
+    return Error::ok();
+  };
+  const uint32_t ni = vsize(m->instructions());
+  for (uint32_t k = 0; k < ni; ++k) {
+    const fb::Instruction* fi = m->instructions()->Get(k);
+    Instr in;
+    in.arg_offset = arg_storage_.size();
+    const flatbuffers::Vector<int32_t>* args = nullptr;
+    const flatbuffers::Vector<int32_t>* outs = nullptr;
+    bool view = false;
+    switch (fi->i_type()) {
+      case fb::InstructionKind::KernelCall: {
+        const fb::KernelCall* kc = fi->i_as_KernelCall();
+        EMBER_CHECK(kc->op() < kernels.size(), ErrorCode::kInvalidProgram,
+                    "instruction %u: operator index %u is out of range (%zu operators)", k, kc->op(), kernels.size());
+        const KernelDef* def = kernels[kc->op()];
+        args = kc->args();
+        outs = kc->outputs();
+        EMBER_CHECK(static_cast<int>(vsize(args)) == def->num_args &&
+                        static_cast<int>(vsize(outs)) == def->num_outputs,
+                    ErrorCode::kInvalidProgram,
+                    "instruction %u (%s): has %u arguments and %u outputs, the kernel takes %d and %d", k,
+                    op_names_[kc->op()].c_str(), vsize(args), vsize(outs), def->num_args, def->num_outputs);
+        in.kind = Instr::Kind::kKernel;
+        in.fn = def->fn;
+        in.index = kc->op();
+        view = def->view;
+        break;
+      }
+      case fb::InstructionKind::DelegateCall: {
+        const fb::DelegateCall* dc = fi->i_as_DelegateCall();
+        EMBER_CHECK(dc->delegate() < delegates_.size(), ErrorCode::kInvalidProgram,
+                    "instruction %u: delegate index %u is out of range (%zu delegates)", k, dc->delegate(),
+                    delegates_.size());
+        args = dc->args();
+        outs = dc->outputs();
+        in.kind = Instr::Kind::kDelegate;
+        in.index = dc->delegate();
+        break;
+      }
+      case fb::InstructionKind::CopyCall: {
+        const fb::CopyCall* cc = fi->i_as_CopyCall();
+        EMBER_TRY(check_index(cc->src(), "a copy source"));
+        EMBER_CHECK(is_tensor(cc->src()), ErrorCode::kInvalidProgram, "instruction %u: copy source is not a tensor", k);
+        EMBER_TRY(check_output(cc->dst(), false, k));
+        EMBER_CHECK(is_tensor(cc->dst()), ErrorCode::kInvalidProgram, "instruction %u: copy target is not a tensor", k);
+        in.kind = Instr::Kind::kCopy;
+        arg_storage_.push_back(&values_[static_cast<size_t>(cc->src())]);
+        arg_storage_.push_back(&values_[static_cast<size_t>(cc->dst())]);
+        in.nargs = 2;
+        instrs_.push_back(in);
+        continue;
+      }
+      default:
+        return Error::make(ErrorCode::kInvalidProgram, "instruction %u: unknown kind %d", k,
+                           static_cast<int>(fi->i_type()));
+    }
+    for (uint32_t a = 0; a < vsize(args); ++a) {
+      EMBER_TRY(check_index(args->Get(a), "an instruction argument"));
+      arg_storage_.push_back(&values_[static_cast<size_t>(args->Get(a))]);
+    }
+    for (uint32_t a = 0; a < vsize(outs); ++a) {
+      EMBER_TRY(check_output(outs->Get(a), view, k));
+      arg_storage_.push_back(&values_[static_cast<size_t>(outs->Get(a))]);
+    }
+    in.nargs = static_cast<int>(vsize(args) + vsize(outs));
+    instrs_.push_back(in);
+  }
+  for (auto& in : instrs_) in.args = arg_storage_.data() + in.arg_offset;
+  return Error::ok();
+}
+
+Error Method::set_input(size_t i, const Tensor& t) {
+  EMBER_CHECK_ARG(i < inputs_.size(), "method '%s' has %zu inputs; there is no input %zu", name_.c_str(),
+                  inputs_.size(), i);
+  const TensorSpec& spec = input_specs_[i];
+  EMBER_CHECK_ARG(t.dtype == spec.dtype, "input %zu of '%s' must be %s, got %s", i, name_.c_str(),
+                  dtype_name(spec.dtype), dtype_name(t.dtype));
+  EMBER_CHECK_ARG(static_cast<size_t>(t.dim) == spec.sizes.size(), "input %zu of '%s' must have rank %zu, got %d",
+                  i, name_.c_str(), spec.sizes.size(), t.dim);
+  for (int d = 0; d < t.dim; ++d) {
+    if (spec.dynamic[static_cast<size_t>(d)]) {
+      EMBER_CHECK_ARG(t.sizes[d] >= 0 && t.sizes[d] <= spec.sizes[static_cast<size_t>(d)],
+                      "input %zu of '%s': dim %d is %" PRId64 ", above its exported bound %" PRId64
+                      " (re-export with a larger bound or split the input)",
+                      i, name_.c_str(), d, t.sizes[d], spec.sizes[static_cast<size_t>(d)]);
+    } else {
+      EMBER_CHECK_ARG(t.sizes[d] == spec.sizes[static_cast<size_t>(d)],
+                      "input %zu of '%s': dim %d must be %" PRId64 " (static), got %" PRId64, i, name_.c_str(), d,
+                      spec.sizes[static_cast<size_t>(d)], t.sizes[d]);
+    }
+  }
+  Tensor& dst = inputs_[i]->tensor;
+  dst.data = t.data;
+  dst.capacity = t.nbytes();
+  dst.dim = t.dim;
+  for (int d = 0; d < t.dim; ++d) dst.sizes[d] = t.sizes[d];
+  input_bound_[i] = true;
+  return Error::ok();
+}
+
+Error Method::execute() {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    EMBER_CHECK_ARG(input_bound_[i], "input %zu of '%s' was not set", i, name_.c_str());
+  }
+  KernelContext ctx;
+  const size_t n = instrs_.size();
+  for (size_t k = 0; k < n; ++k) {
+    const Instr& in = instrs_[k];
+    ctx.instruction = static_cast<int>(k);
+    const KernelArgs args{in.args, in.nargs};
+    Error e;
+    switch (in.kind) {
+      case Instr::Kind::kKernel:
+        e = in.fn(ctx, args);
+        if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (" + op_names_[in.index] + "): " + e.message());
+        break;
+      case Instr::Kind::kDelegate: {
+        const DelegateInstance& d = delegates_[in.index];
+        e = d.backend->execute(d.handle, ctx, args);
+        if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (delegate " + d.id + "): " + e.message());
+        break;
+      }
+      case Instr::Kind::kCopy: {
+        const Tensor& src = args[0].tensor;
+        Tensor& dst = args[1].tensor;
+        if (src.dtype != dst.dtype) {
+          return Error::make(ErrorCode::kInvalidProgram, "instruction %zu (copy): dtype %s into %s", k,
+                             dtype_name(src.dtype), dtype_name(dst.dtype));
+        }
+        e = dst.resize(src.sizes, src.dim);
+        if (e) return e.with_context("instruction " + std::to_string(k) + " (copy)");
+        if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+        break;
+      }
+    }
+  }
+  return Error::ok();
+}
+
+size_t Method::num_instructions() const { return instrs_.size(); }
+
+InstructionInfo Method::instruction_info(size_t i) const {
+  InstructionInfo info;
+  if (i >= instrs_.size()) return info;
+  const Instr& in = instrs_[i];
+  switch (in.kind) {
+    case Instr::Kind::kKernel:
+      info.kind = "kernel";
+      info.name = op_names_[in.index];
+      break;
+    case Instr::Kind::kDelegate:
+      info.kind = "delegate";
+      info.name = delegates_[in.index].id;
+      break;
+    case Instr::Kind::kCopy:
+      info.kind = "copy";
+      info.name = "copy";
+      break;
+  }
+  return info;
+}
+
+}  // namespace ember

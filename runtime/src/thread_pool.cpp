@@ -1,0 +1,167 @@
+// Fixed worker pool: workers spin briefly on a generation counter (decode launches many small
+// parallel loops back to back), then sleep on a condition variable.
+#include "ember/runtime/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EMBER_PAUSE() _mm_pause()
+#else
+#define EMBER_PAUSE() std::this_thread::yield()
+#endif
+
+namespace ember {
+
+int physical_core_count() {
+  // Count distinct (physical id, core id) pairs; fall back to logical CPUs.
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::pair<std::string, std::string>> cores;
+  std::string line, phys = "0";
+  while (std::getline(f, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    std::string val = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "physical id") phys = val;
+    if (key == "core id") cores.emplace(phys, val);
+  }
+  int logical = static_cast<int>(std::thread::hardware_concurrency());
+  int n = cores.empty() ? logical : static_cast<int>(cores.size());
+  return std::max(1, n);
+}
+
+namespace {
+
+thread_local bool t_in_parallel = false;
+
+class Pool {
+ public:
+  ~Pool() { stop_workers(); }
+
+  int threads() const { return threads_.load(std::memory_order_relaxed); }
+
+  void set_threads(int n) {
+    std::lock_guard<std::mutex> call(call_mu_);
+    stop_workers();
+    threads_ = std::max(1, n);
+  }
+
+  void run(int64_t n, int64_t grain, RangeFn fn) {
+    const int nt = threads();
+    int64_t chunks = grain > 0 ? (n + grain - 1) / grain : n;
+    chunks = std::min<int64_t>(chunks, nt);
+    if (chunks <= 1 || t_in_parallel) {
+      fn(0, n);
+      return;
+    }
+    std::unique_lock<std::mutex> call(call_mu_, std::try_to_lock);
+    if (!call.owns_lock()) {  // another thread is using the pool: run on this one
+      fn(0, n);
+      return;
+    }
+    ensure_workers();
+    // Publish the job, then open the chunk counter (release): a worker that claims a chunk
+    // (acquire) sees the job; stale workers from the last job find the counter exhausted.
+    next_.store(kClosed, std::memory_order_relaxed);
+    fn_ = &fn;
+    n_ = n;
+    chunks_ = chunks;
+    pending_.store(chunks, std::memory_order_relaxed);
+    next_.store(0, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    t_in_parallel = true;
+    work();
+    t_in_parallel = false;
+    while (pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
+    fn_ = nullptr;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int64_t c = next_.fetch_add(1, std::memory_order_acq_rel);
+      if (c >= chunks_) return;
+      const int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
+      (*fn_)(b, e);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  void worker_loop() {
+    t_in_parallel = true;
+    uint64_t seen = generation_.load(std::memory_order_acquire);
+    for (;;) {
+      int spins = 0;
+      while (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+        if (++spins < 200000) {
+          EMBER_PAUSE();
+        } else {
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return generation_.load() != seen || stop_.load(); });
+        }
+      }
+      if (stop_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
+      work();
+    }
+  }
+
+  void ensure_workers() {
+    const int want = threads() - 1;
+    while (static_cast<int>(workers_.size()) < want) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    stop_ = false;
+  }
+
+  std::atomic<int> threads_{physical_core_count()};
+  std::mutex call_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread> workers_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  RangeFn* fn_ = nullptr;
+  int64_t n_ = 0, chunks_ = 0;
+  static constexpr int64_t kClosed = INT64_MAX / 2;  // no job open: every claim fails
+  std::atomic<int64_t> next_{kClosed};
+  std::atomic<int64_t> pending_{0};
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: workers may outlive static destructors
+  return *p;
+}
+
+}  // namespace
+
+void set_num_threads(int n) { pool().set_threads(n); }
+int get_num_threads() { return pool().threads(); }
+void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn) {
+  if (n <= 0) return;
+  pool().run(n, grain, fn);
+}
+
+}  // namespace ember

@@ -1,0 +1,139 @@
+"""export_llm: config validation, sources, metadata contract, logits modes, the packaged GGUF."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from ember.llm.config import DType, ExportConfig, LogitsMode
+from ember.llm.exporter import export_llm, export_program
+from ember.llm.exportable import ExportableLLM
+from ember.llm.source import SourceError
+
+from .gguf_fixture import smollm2_gguf_path, smollm2_hf_tokenizer
+from .tiny_models import clone_model, make_tiny_model
+
+METADATA_TYPES = (int, float, bool, str, bytes)
+
+
+def test_config_validation_names_the_bad_value() -> None:
+    with pytest.raises(ValueError, match="dtype 'int3'.*float32"):
+        ExportConfig(dtype="int3")
+    with pytest.raises(ValueError, match="logits 'first'.*'last'"):
+        ExportConfig(logits="first")
+    with pytest.raises(ValueError, match=r"max_seq_len \(256\) must not exceed max_context_len \(128\)"):
+        ExportConfig(max_context_len=128, max_seq_len=256)
+    with pytest.raises(ValueError, match="max_context_len must be a positive int, got 0"):
+        ExportConfig(max_context_len=0)
+    config = ExportConfig(dtype="bfloat16", logits="all")
+    assert config.dtype is DType.BFLOAT16 and config.logits is LogitsMode.ALL
+
+
+def test_all_logits_match_hf() -> None:
+    model, config = make_tiny_model("gemma2")
+    wrapper = ExportableLLM(clone_model(model), ExportConfig(max_context_len=64, max_seq_len=16, logits="all"))
+    ids = torch.randint(3, config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits  # [1, 20, V]
+        first = wrapper(ids[:, :16], torch.tensor([0]))
+        second = wrapper(ids[:, 16:], torch.tensor([16]))
+    assert first.shape == (1, 16, config.vocab_size)
+    torch.testing.assert_close(torch.cat([first, second], dim=1), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture
+def tiny_folder(tmp_path):
+    model, _ = make_tiny_model("llama")
+    model.generation_config.temperature = 0.6
+    model.generation_config.top_p = 0.9
+    model.generation_config.do_sample = True
+    model.save_pretrained(tmp_path)
+    smollm2_hf_tokenizer().save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_folder_source_metadata(tiny_folder) -> None:
+    exported, metadata, wrapper = export_program(tiny_folder, ExportConfig(max_context_len=64, max_seq_len=8), progress=False)
+    assert metadata["llm.family"] == "llama"
+    assert metadata["llm.max_context_len"] == 64 and metadata["llm.max_seq_len"] == 8
+    assert metadata["llm.vocab_size"] == 384
+    assert metadata["tokenizer.kind"] == "hf_json"
+    assert metadata["tokenizer.data"] == (tiny_folder / "tokenizer.json").read_bytes()
+    assert "<|im_start|>" in metadata["chat.template"]
+    assert metadata["generation.temperature"] == pytest.approx(0.6)
+    assert metadata["generation.top_p"] == pytest.approx(0.9)
+    assert "generation.top_k" not in metadata  # not set by the checkpoint
+    tok_config = json.loads(metadata["tokenizer.config"])
+    assert tok_config["eos_ids"] == metadata["llm.eos_ids"] and metadata["llm.eos_ids"][0] == 2
+    for key, value in metadata.items():
+        ok = isinstance(value, METADATA_TYPES) or (isinstance(value, list) and all(type(v) is int for v in value))
+        assert ok, f"{key}: {type(value).__name__}"
+    sig = exported.graph_signature
+    assert set(sig.buffers_to_mutate.values()) == {f"{kv}_cache_{i}" for kv in "kv" for i in range(2)}
+
+
+def test_folder_without_tokenizer_is_a_clear_error(tmp_path) -> None:
+    model, _ = make_tiny_model("llama")
+    model.save_pretrained(tmp_path)
+    with pytest.raises(SourceError, match="no tokenizer.json or tokenizer.model"):
+        export_program(tmp_path, ExportConfig(max_context_len=64, max_seq_len=8), progress=False)
+
+
+def test_missing_source_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(SourceError, match="does not exist"):
+        export_program(tmp_path / "nope", ExportConfig(), progress=False)
+
+
+def test_export_llm_calls_lower_and_save(tmp_path, monkeypatch) -> None:
+    """The lowering contract, with a stand-in for ember.export.lower."""
+    calls = {}
+
+    class FakeProgram:
+        def save(self, path):
+            calls["saved"] = path
+
+        def summary(self):
+            return "fake summary"
+
+    def lower(exported, metadata):
+        calls["exported"], calls["metadata"] = exported, metadata
+        return FakeProgram()
+
+    fake = types.ModuleType("ember.export")
+    fake.lower = lower
+    monkeypatch.setitem(sys.modules, "ember.export", fake)
+    model, _ = make_tiny_model("qwen3")
+    out = tmp_path / "tiny.ember"
+    program = export_llm(model, out, max_context_len=32, max_seq_len=8, tokenizer=smollm2_hf_tokenizer(), progress=False)
+    assert isinstance(program, FakeProgram) and calls["saved"] == str(out)
+    assert isinstance(calls["exported"], torch.export.ExportedProgram)
+    assert calls["metadata"]["llm.family"] == "qwen3" and calls["metadata"]["llm.logits"] == "last"
+
+
+@pytest.mark.slow
+def test_packaged_gguf_greedy_chat_matches_transformers() -> None:
+    from transformers import AutoModelForCausalLM
+
+    from .tiny_models import step_greedy
+
+    path = smollm2_gguf_path()
+    tok = smollm2_hf_tokenizer()
+    exported, metadata, _ = export_program(path, ExportConfig(max_context_len=128, max_seq_len=32), progress=False)
+    assert metadata["llm.family"] == "llama" and metadata["chat.template"] == tok.chat_template
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, tokenize=False
+    )
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    trace = step_greedy(exported.module(), ids, 12, 32)
+    text = tok.decode(trace.tokens, skip_special_tokens=True)
+    assert text.startswith("The capital of France is Paris."), text
+
+    ref = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, attn_implementation="eager")
+    with torch.no_grad():
+        generated = ref.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids) :].tolist()
+    n = min(len(generated), len(trace.tokens))
+    assert trace.tokens[:n] == generated[:n]
