@@ -17,7 +17,7 @@ __all__ = ["GenerationConfig", "__version__", "export_llm", "load"]
 _LAZY = {
     "load": "ember.llm.api",
     "GenerationConfig": "ember.llm.generation",
-    "export_llm": "ember.llm.export_llm",
+    "export_llm": "ember.llm.exporter",
 }
 
 

@@ -18,8 +18,8 @@ __all__ = ["BackendDetails", "CompileSpec", "ExportError", "LoweringConfig", "Pa
            "UnsupportedOpError", "lower"]
 
 _LAZY = {
-    "lower": "ember.export.lower",
-    "LoweringConfig": "ember.export.lower",
+    "lower": "ember.export.lowering",
+    "LoweringConfig": "ember.export.lowering",
     "BackendDetails": "ember.export.backend",
     "CompileSpec": "ember.export.backend",
     "Partitioner": "ember.export.backend",

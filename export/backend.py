@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch.fx import Node
@@ -62,3 +63,25 @@ class Partitioner(abc.ABC):
     def ops_to_not_decompose(self) -> list[torch._ops.OpOverload]:
         """Composite ops this backend wants to see whole (kept out of the decomposition table)."""
         return []
+
+
+# Named backends for `export_llm(backend=...)` and `ember export --backend`: name -> factory of a
+# configured Partitioner. Backend packages register themselves when imported (see BACKEND_MODULES).
+_PARTITIONERS: dict[str, Callable[[], Partitioner]] = {}
+BACKEND_MODULES = {"reference": "ember.backends.reference"}
+
+
+def register_partitioner(name: str, factory: Callable[[], Partitioner]) -> None:
+    _PARTITIONERS[name] = factory
+
+
+def get_partitioner(name: str) -> Partitioner:
+    """The partitioner of backend `name` (importing its package on first use)."""
+    import importlib
+
+    if name not in _PARTITIONERS and name in BACKEND_MODULES:
+        importlib.import_module(BACKEND_MODULES[name])
+    if name not in _PARTITIONERS:
+        known = ", ".join(sorted(set(_PARTITIONERS) | set(BACKEND_MODULES))) or "none"
+        raise ValueError(f"unknown backend {name!r}; available: {known} (or None for the portable kernels)")
+    return _PARTITIONERS[name]()

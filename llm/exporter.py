@@ -136,22 +136,22 @@ def export_llm(
             "(pip install -e '.[export]')"
         ) from error
 
+    started = time.perf_counter()
     exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
-        lower_kwargs: dict[str, Any] = {"metadata": metadata}
-        if backend is not None:
-            lower_kwargs["backend"] = backend
-        program = lower(exported, **lower_kwargs)
+        from ember.export.backend import get_partitioner
+
+        partitioners = (get_partitioner(backend),) if backend is not None else ()
+        program = lower(exported, partitioners=partitioners, metadata=metadata)
         bar.update(1)
         bar.set_postfix_str("writing")
         if output is None and not isinstance(source, torch.nn.Module):
             output = Path(Path(str(source)).name).with_suffix(".ember")
-        if output is not None:
-            program.save(str(output))
+        size = program.save(str(output), progress=progress) if output is not None else program.size
         bar.update(1)
     if progress:
         print(program.summary())
-        if output is not None:
-            print(f"wrote {output}")
+        where = f"wrote {output}" if output is not None else "in memory"
+        print(f"{where}: {size / 2**20:.1f} MiB in {time.perf_counter() - started:.1f} s")
     return program

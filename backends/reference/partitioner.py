@@ -18,7 +18,7 @@ from enum import IntEnum
 import torch
 from torch.fx import Node
 
-from ember.export.backend import BackendDetails, CompileSpec, Partitioner, Subgraph
+from ember.export.backend import BackendDetails, CompileSpec, Partitioner, Subgraph, register_partitioner
 from ember.export.errors import ExportError
 
 aten = torch.ops.aten
@@ -107,3 +107,6 @@ class ReferencePartitioner(Partitioner):
 
     def ops_to_not_decompose(self) -> list[torch._ops.OpOverload]:
         return [aten.linear.default]
+
+
+register_partitioner("reference", ReferencePartitioner)

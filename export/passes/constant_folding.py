@@ -43,10 +43,13 @@ def constant_folding(g: LoweringGraph, ctx: PassContext) -> None:
         args, kwargs = tree_map(lambda a: g.constants[a] if isinstance(a, Node) else a, (node.args, node.kwargs))
         with torch.no_grad():
             value = node.target(*args, **kwargs)
+        value = value.detach().contiguous()
+        attr = f"_ember_folded_{node.name}"
+        g.gm.register_buffer(attr, value)  # our own copy of the graph module; keeps the graph valid
         with g.graph.inserting_before(node):
-            const = g.graph.get_attr(f"_ember_folded_{node.name}")
+            const = g.graph.get_attr(attr)
         const.meta["val"] = node.meta["val"]
-        g.constants[const] = value.detach().contiguous()
+        g.constants[const] = value
         node.replace_all_uses_with(const)
         g.graph.erase_node(node)
         folded += 1

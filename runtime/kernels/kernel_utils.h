@@ -501,6 +501,30 @@ void permute_copy(const Tensor& in, const int64_t* perm, void* out);
 // contiguous `dst`. Source and destination must not overlap.
 void strided_copy(const void* src, size_t esize, int nd, const int64_t* sizes, const int64_t* strides, void* dst);
 
+// exp(x) in fp32 to ~1 ulp, written as plain arithmetic so loops over it vectorize.
+// Returns exactly 0 below -87.3 (so masked -inf scores get probability 0).
+inline float exp_approx(float x) {
+  const float xc = std::min(std::max(x, -87.3f), 88.3f);
+  const float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = xc * 1.44269504088896341f + kMagic;
+  const float n = t - kMagic;
+  int32_t ti;
+  std::memcpy(&ti, &t, 4);
+  const int32_t ni = ti - 0x4B400000;  // bits of kMagic
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (ni + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x < -87.3f ? 0.0f : y * scale;
+}
+
 // Reduction helpers: splits shape around dim `d` into [outer, size, inner].
 inline void split_at(const Tensor& t, int d, int64_t* outer, int64_t* n, int64_t* inner) {
   *outer = t.prod(0, d);

@@ -98,6 +98,9 @@ def lower(programs: ExportedProgram | Mapping[str, ExportedProgram], *, partitio
     kernels = runtime_kernels()
     ctx = PassContext(frozenset(kernels), config.fold_limit_bytes)
 
+    # torch.export gives non-functional IR; decomposition functionalizes it, which is what makes
+    # buffer mutations visible in the graph signature.
+    programs = {name: normalize(ep, kernels, partitioners) for name, ep in programs.items()}
     mutable: set[str] = set()
     for ep in programs.values():
         mutable |= mutated_buffers(ep)
@@ -121,7 +124,6 @@ def lower(programs: ExportedProgram | Mapping[str, ExportedProgram], *, partitio
     notes: list[str] = []
     t0 = time.perf_counter()
     for name, ep in programs.items():
-        ep = normalize(ep, kernels, partitioners)
         g = build_lowering_graph(name, ep, mutable)
         run_passes(g, ctx, config.skip_passes)
         parts = partition(g, partitioners)

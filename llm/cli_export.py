@@ -1,0 +1,42 @@
+"""`ember export SOURCE -o FILE`: a Hugging Face checkpoint folder or .gguf file -> one .ember file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    from ember.llm.exporter import export_llm
+    from ember.llm.source import SourceError
+
+    try:
+        export_llm(args.source, args.output, max_context_len=args.max_context_len, max_seq_len=args.max_seq_len,
+                   dtype=args.dtype, backend=args.backend, logits=args.logits, progress=not args.quiet)
+    except (SourceError, ValueError, FileNotFoundError) as exc:
+        print(f"ember export: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "export", help="export a Hugging Face checkpoint or GGUF file to a .ember program",
+        description="Load a local Hugging Face checkpoint folder (config.json, safetensors, tokenizer, chat "
+                    "template) or a .gguf file, export it with a static KV cache, lower it and write one "
+                    "self-contained .ember file (weights, tokenizer, chat template and metadata inside).")
+    p.add_argument("source", help="checkpoint folder or .gguf file")
+    p.add_argument("-o", "--output", help="output file (default: <source name>.ember in the current folder)")
+    p.add_argument("--max-context-len", type=int, default=2048,
+                   help="KV cache length: prompt + generated tokens (default: 2048)")
+    p.add_argument("--max-seq-len", type=int, default=128,
+                   help="most tokens one forward call takes, i.e. the prefill chunk (default: 128)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weight and activation dtype (default: float32)")
+    p.add_argument("--backend", default=None,
+                   help="delegate backend to partition to (default: none, the portable kernels)")
+    p.add_argument("--logits", default="last", choices=["last", "all"],
+                   help="'last': logits of the last position (generation); 'all': every position (evals)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
+    p.set_defaults(func=run)

@@ -1,0 +1,101 @@
+// TextRunner: prefill + decode loop over a TextDecoder, with a Sampler, stop conditions,
+// cache-prefix reuse across calls, and stats.
+//
+// The runner remembers which token ids are in the cache (`cached_tokens()`). A new prompt is
+// compared with them: the common prefix is kept and only the rest is prefilled (in chunks of
+// max_seq_len), so a multi-turn chat whose prompt extends the previous one recomputes only the
+// new suffix. When the prompt diverges, the cache is rolled back to the common prefix (later
+// positions are simply overwritten). At least the last prompt token is always recomputed, since
+// its logits are needed.
+//
+// Two ways to drive it:
+//   - `generate(prompt, config, on_token)`: the whole loop; `on_token` returns false to stop;
+//   - `start(prompt, config)` then `next()` until it returns kDone: one token per call.
+// `stop()` may be called from any thread; it ends the current generation at the next token.
+// Everything else is single-threaded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/runners/sampler.h"
+#include "ember/runners/stats.h"
+#include "ember/runners/text_decoder.h"
+
+namespace ember {
+namespace runners {
+
+struct GenerateConfig {
+  int64_t max_new_tokens = 256;     // >= 1
+  SamplerConfig sampling;
+  std::vector<int64_t> stop_ids;    // extra ids that end generation like EOS (not returned)
+  bool ignore_eos = false;          // keep going past llm.eos_ids (benchmarks)
+
+  Error validate() const;
+};
+
+// Called with each generated token; return false to stop.
+using TokenCallback = std::function<bool(int64_t token)>;
+
+struct GenerateResult {
+  std::vector<int64_t> tokens;      // generated ids (EOS / stop ids excluded)
+  StopReason stop_reason = StopReason::kNone;
+};
+
+class TextRunner {
+ public:
+  static constexpr int64_t kDone = -1;
+
+  // Loads the program at `path`; `threads` > 0 sets the kernel thread count (process-wide),
+  // 0 leaves it (default: physical cores).
+  static Result<std::unique_ptr<TextRunner>> load(const std::string& path, int threads = 0);
+  static Result<std::unique_ptr<TextRunner>> create(std::shared_ptr<Program> program);
+
+  // Validates the prompt (non-empty, ids in the vocabulary, shorter than the context) and the
+  // config, reuses the cached prefix and prefills the rest. On error the cache is left unknown
+  // and the next prompt is prefilled from position 0.
+  Error start(const int64_t* prompt, size_t n, const GenerateConfig& config);
+  // The next token, or kDone (see stop_reason()). Errors only if a forward step fails.
+  Result<int64_t> next();
+
+  Result<GenerateResult> generate(const std::vector<int64_t>& prompt, const GenerateConfig& config,
+                                  const TokenCallback& on_token = nullptr);
+
+  void stop() { stop_requested_.store(true, std::memory_order_relaxed); }
+  // Forgets the cached tokens and zeroes the cache.
+  void reset();
+
+  // Raw forward for parity tests: bypasses the cached-token bookkeeping (which it clears).
+  Result<const float*> forward(const int64_t* tokens, int64_t n, int64_t pos);
+
+  StopReason stop_reason() const { return stats_.stop_reason; }
+  const Stats& stats() const { return stats_; }
+  const std::vector<int64_t>& cached_tokens() const { return cached_; }
+  const LlmInfo& info() const { return decoder_->info(); }
+  const TextDecoder& decoder() const { return *decoder_; }
+  Sampler& sampler() { return sampler_; }
+
+ private:
+  explicit TextRunner(std::unique_ptr<TextDecoder> decoder);
+  bool is_stop_id(int64_t token) const;
+  void finish(StopReason reason);
+
+  std::unique_ptr<TextDecoder> decoder_;
+  Sampler sampler_;
+  GenerateConfig config_;
+  Stats stats_;
+  std::atomic<bool> stop_requested_{false};
+
+  std::vector<int64_t> cached_;   // ids whose K/V are in the cache, positions [0, size)
+  const float* logits_ = nullptr; // logits after the last cached token
+  int64_t pending_ = kDone;       // sampled and returned but not yet fed
+  bool active_ = false;
+  Clock::time_point start_time_;
+};
+
+}  // namespace runners
+}  // namespace ember

@@ -1,0 +1,304 @@
+// pybind11 bindings of the text runner: ember.runners._runner.
+//
+// The GIL is released while the runner computes; token callbacks reacquire it. Errors become
+// the runtime's typed exceptions (ember.runtime.errors.error_class). A callback that returns
+// False stops generation; one that raises stops it and the exception propagates.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ember/runners/sampler.h"
+#include "ember/runners/text_runner.h"
+
+namespace py = pybind11;
+using namespace ember;
+using namespace ember::runners;
+
+namespace {
+
+[[noreturn]] void raise(const Error& e) {
+  py::object cls = py::module_::import("ember.runtime.errors").attr("error_class")(error_code_name(e.code()));
+  PyErr_SetString(cls.ptr(), e.message().c_str());
+  throw py::error_already_set();
+}
+
+void check(const Error& e) {
+  if (e) raise(e);
+}
+
+template <typename T>
+T unwrap(Result<T>&& r) {
+  if (!r.ok()) raise(r.error());
+  return std::move(r).value();
+}
+
+py::object meta_to_py(const MetaEntry& m) {
+  switch (m.kind) {
+    case MetaKind::kInt: return py::int_(m.i);
+    case MetaKind::kDouble: return py::float_(m.d);
+    case MetaKind::kBool: return py::bool_(m.b);
+    case MetaKind::kString: return py::str(m.bytes.data(), m.bytes.size());
+    case MetaKind::kIntList: return py::cast(m.ints);
+    case MetaKind::kBytes: return py::bytes(m.bytes.data(), m.bytes.size());
+  }
+  return py::none();
+}
+
+using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+IdArray as_ids(const py::object& ids, const char* what) {
+  IdArray a = IdArray::ensure(ids);
+  if (!a) {
+    PyErr_Clear();
+    raise(Error::make(ErrorCode::kInvalidArgument, "%s must be a sequence of integer token ids", what));
+  }
+  if (a.ndim() == 2 && a.shape(0) == 1) a = a.reshape({a.shape(1)});
+  if (a.ndim() != 1) {
+    raise(Error::make(ErrorCode::kInvalidArgument, "%s must be 1-D (or [1, T]), got rank %zd", what,
+                      static_cast<ssize_t>(a.ndim())));
+  }
+  return a;
+}
+
+const float* as_logits(const py::array_t<float, py::array::c_style | py::array::forcecast>& a, int64_t* n) {
+  if (a.ndim() != 1 || a.shape(0) < 1) {
+    raise(Error::make(ErrorCode::kInvalidArgument, "logits must be a non-empty 1-D float array, got rank %zd",
+                      static_cast<ssize_t>(a.ndim())));
+  }
+  *n = a.shape(0);
+  return a.data();
+}
+
+py::dict stats_to_py(const Stats& s) {
+  py::dict d;
+  d["load_ms"] = s.load_ms;
+  d["prompt_tokens"] = s.prompt_tokens;
+  d["reused_tokens"] = s.reused_tokens;
+  d["prefill_tokens"] = s.prefill_tokens;
+  d["prefill_ms"] = s.prefill_ms;
+  d["prefill_tokens_per_s"] = s.prefill_tokens_per_s;
+  d["time_to_first_token_ms"] = s.time_to_first_token_ms;
+  d["generated_tokens"] = s.generated_tokens;
+  d["decode_steps"] = s.decode_steps;
+  d["decode_ms"] = s.decode_ms;
+  d["decode_tokens_per_s"] = s.decode_tokens_per_s;
+  d["sampling_ms"] = s.sampling_ms;
+  d["peak_rss_bytes"] = s.peak_rss_bytes;
+  d["stop_reason"] = stop_reason_name(s.stop_reason);
+  return d;
+}
+
+// One runner, guarded so that two Python threads cannot drive it at once (stop() needs no lock).
+class PyRunner {
+ public:
+  PyRunner(const std::string& path, int threads) {
+    Result<std::unique_ptr<TextRunner>> r = [&] {
+      py::gil_scoped_release nogil;
+      return TextRunner::load(path, threads);
+    }();
+    runner_ = unwrap(std::move(r));
+  }
+
+  std::unique_lock<std::mutex> lock() {
+    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock()) {
+      raise(Error::make(ErrorCode::kInvalidArgument,
+                        "this runner is already generating in another thread; use one runner per thread "
+                        "(or call stop() and wait)"));
+    }
+    return lk;
+  }
+
+  void start(const py::object& prompt, const GenerateConfig& config) {
+    auto lk = lock();
+    IdArray ids = as_ids(prompt, "prompt_ids");
+    Error e;
+    {
+      py::gil_scoped_release nogil;
+      e = runner_->start(ids.data(), static_cast<size_t>(ids.shape(0)), config);
+    }
+    check(e);
+  }
+
+  py::object next() {
+    auto lk = lock();
+    Result<int64_t> r = [&] {
+      py::gil_scoped_release nogil;
+      return runner_->next();
+    }();
+    int64_t t = unwrap(std::move(r));
+    return t == TextRunner::kDone ? py::object(py::none()) : py::object(py::int_(t));
+  }
+
+  py::tuple generate(const py::object& prompt, const GenerateConfig& config, const py::object& callback) {
+    auto lk = lock();
+    IdArray ids = as_ids(prompt, "prompt_ids");
+    std::vector<int64_t> prompt_vec(ids.data(), ids.data() + ids.shape(0));
+    std::unique_ptr<py::error_already_set> raised;
+    const bool has_cb = !callback.is_none();
+    // With no callback we still take the GIL briefly per token so Ctrl-C (SIGINT) is noticed.
+    TokenCallback on_token = [&](int64_t token) -> bool {
+      py::gil_scoped_acquire gil;
+      try {
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        if (!has_cb) return true;
+        py::object r = callback(token);
+        return r.is_none() || PyObject_IsTrue(r.ptr()) == 1;
+      } catch (py::error_already_set& e) {
+        raised = std::make_unique<py::error_already_set>(std::move(e));
+        return false;
+      }
+    };
+    Result<GenerateResult> r = [&] {
+      py::gil_scoped_release nogil;
+      return runner_->generate(prompt_vec, config, on_token);
+    }();
+    if (raised) {
+      py::error_already_set e = std::move(*raised);
+      raised.reset();
+      throw e;
+    }
+    GenerateResult result = unwrap(std::move(r));
+    return py::make_tuple(py::cast(result.tokens), stop_reason_name(result.stop_reason));
+  }
+
+  py::array_t<float> forward(const py::object& tokens, int64_t pos) {
+    auto lk = lock();
+    IdArray ids = as_ids(tokens, "tokens");
+    Result<const float*> r = [&] {
+      py::gil_scoped_release nogil;
+      return runner_->forward(ids.data(), ids.shape(0), pos);
+    }();
+    const float* logits = unwrap(std::move(r));
+    const int64_t v = runner_->info().vocab_size;
+    py::array_t<float> out(v);
+    std::copy(logits, logits + v, out.mutable_data());
+    return out;
+  }
+
+  void reset() {
+    auto lk = lock();
+    runner_->reset();
+  }
+
+  TextRunner& runner() { return *runner_; }
+
+ private:
+  std::unique_ptr<TextRunner> runner_;
+  std::mutex mu_;
+};
+
+py::object sample_many(const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                       const SamplerConfig& config, const py::object& history, int64_t n) {
+  int64_t vocab = 0;
+  const float* data = as_logits(logits, &vocab);
+  IdArray hist = as_ids(history, "history");
+  Sampler sampler(vocab);
+  check(sampler.configure(config));
+  py::array_t<int64_t> out(n);
+  Error err;
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t i = 0; i < n; ++i) {
+      Result<int64_t> r = sampler.sample(data, hist.data(), static_cast<size_t>(hist.shape(0)));
+      if (!r.ok()) {
+        err = r.error();
+        break;
+      }
+      out.mutable_data()[i] = *r;
+    }
+  }
+  check(err);
+  return std::move(out);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_runner, m) {
+  m.doc() = "ember text runner: prefill/decode loop, sampler chain, stop conditions, stats";
+
+  py::class_<SamplerConfig>(m, "SamplerConfig")
+      .def(py::init<>())
+      .def_readwrite("temperature", &SamplerConfig::temperature)
+      .def_readwrite("top_k", &SamplerConfig::top_k)
+      .def_readwrite("top_p", &SamplerConfig::top_p)
+      .def_readwrite("min_p", &SamplerConfig::min_p)
+      .def_readwrite("repetition_penalty", &SamplerConfig::repetition_penalty)
+      .def_readwrite("frequency_penalty", &SamplerConfig::frequency_penalty)
+      .def_readwrite("presence_penalty", &SamplerConfig::presence_penalty)
+      .def_readwrite("penalty_window", &SamplerConfig::penalty_window)
+      .def_readwrite("seed", &SamplerConfig::seed)
+      .def("validate", [](const SamplerConfig& c) { check(c.validate()); });
+
+  py::class_<GenerateConfig>(m, "GenerateConfig")
+      .def(py::init<>())
+      .def_readwrite("max_new_tokens", &GenerateConfig::max_new_tokens)
+      .def_readwrite("sampling", &GenerateConfig::sampling)
+      .def_readwrite("stop_ids", &GenerateConfig::stop_ids)
+      .def_readwrite("ignore_eos", &GenerateConfig::ignore_eos)
+      .def("validate", [](const GenerateConfig& c) { check(c.validate()); });
+
+  py::class_<PyRunner>(m, "Runner")
+      .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("threads") = 0,
+           "Loads an LLM .ember file (mmap). threads > 0 sets the kernel thread count (process-wide).")
+      .def_property_readonly("metadata",
+                             [](PyRunner& r) {
+                               py::dict d;
+                               for (const auto& e : r.runner().decoder().program().metadata()) {
+                                 d[py::str(e.key.data(), e.key.size())] = meta_to_py(e);
+                               }
+                               return d;
+                             })
+      .def_property_readonly("vocab_size", [](PyRunner& r) { return r.runner().info().vocab_size; })
+      .def_property_readonly("max_seq_len", [](PyRunner& r) { return r.runner().info().max_seq_len; })
+      .def_property_readonly("max_context_len", [](PyRunner& r) { return r.runner().info().max_context_len; })
+      .def_property_readonly("bos_id", [](PyRunner& r) { return r.runner().info().bos_id; })
+      .def_property_readonly("eos_ids", [](PyRunner& r) { return r.runner().info().eos_ids; })
+      .def("start", &PyRunner::start, py::arg("prompt_ids"), py::arg("config"),
+           "Validates the prompt, reuses the cached prefix and prefills the rest (GIL released).")
+      .def("next", &PyRunner::next, "The next generated token id, or None when generation ended (see stop_reason).")
+      .def("generate", &PyRunner::generate, py::arg("prompt_ids"), py::arg("config"), py::arg("callback") = py::none(),
+           "Runs the whole loop; callback(token_id) -> False stops. Returns (token_ids, stop_reason).")
+      .def("stop", [](PyRunner& r) { r.runner().stop(); }, "Ends the current generation at the next token (any thread).")
+      .def("reset", &PyRunner::reset, "Forgets the cached tokens and zeroes the KV cache.")
+      .def("forward", &PyRunner::forward, py::arg("tokens"), py::arg("pos"),
+           "Raw forward(tokens[T], input_pos=pos) -> float32[vocab] logits of the last position (a copy).")
+      .def_property_readonly("stats", [](PyRunner& r) { return stats_to_py(r.runner().stats()); })
+      .def_property_readonly("stop_reason", [](PyRunner& r) { return stop_reason_name(r.runner().stop_reason()); })
+      .def_property_readonly("cached_tokens", [](PyRunner& r) { return r.runner().cached_tokens(); });
+
+  m.def(
+      "sample",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplerConfig& config,
+         const py::object& history) {
+        py::array_t<int64_t> out = sample_many(logits, config, history, 1).cast<py::array_t<int64_t>>();
+        return out.at(0);
+      },
+      py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
+      "One draw of the sampler chain on fixed logits (config.seed seeds it).");
+  m.def("sample_many", &sample_many, py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
+        py::arg("n") = 1, "n successive draws from one sampler seeded with config.seed.");
+  m.def(
+      "probabilities",
+      [](const py::array_t<float, py::array::c_style | py::array::forcecast>& logits, const SamplerConfig& config,
+         const py::object& history) {
+        int64_t vocab = 0;
+        const float* data = as_logits(logits, &vocab);
+        IdArray hist = as_ids(history, "history");
+        Sampler sampler(vocab);
+        check(sampler.configure(config));
+        std::vector<float> probs;
+        check(sampler.probabilities(data, hist.data(), static_cast<size_t>(hist.shape(0)), &probs));
+        py::array_t<float> out(vocab);
+        std::copy(probs.begin(), probs.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
+      "The post-chain distribution the draw uses: float32[vocab], 0 for filtered tokens, one-hot for greedy.");
+}

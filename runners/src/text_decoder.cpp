@@ -1,0 +1,94 @@
+#include "ember/runners/text_decoder.h"
+
+#include <cstring>
+
+#include "ember/runtime/dtype.h"
+
+namespace ember {
+namespace runners {
+
+Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program> program, std::string_view method) {
+  EMBER_CHECK_ARG(program != nullptr, "TextDecoder::create got a null program");
+  auto info = LlmInfo::from_program(*program);
+  if (!info.ok()) return info.error();
+  auto m = program->load_method(method);
+  if (!m.ok()) return m.error().with_context("loading the LLM method");
+  std::unique_ptr<TextDecoder> d(new TextDecoder());
+  d->program_ = std::move(program);
+  d->method_ = std::move(m).value();
+  d->info_ = std::move(info).value();
+  EMBER_CHECK(d->method_->num_inputs() == 2 && d->method_->num_outputs() >= 1, ErrorCode::kInvalidProgram,
+              "method '%.*s' has %zu inputs and %zu outputs; an LLM forward takes (tokens, input_pos) and "
+              "returns logits", static_cast<int>(method.size()), method.data(), d->method_->num_inputs(),
+              d->method_->num_outputs());
+  // The input spec bounds T; trust the smaller of it and the metadata.
+  const TensorSpec& spec = d->method_->input_spec(0);
+  if (spec.sizes.size() == 2 && spec.sizes[1] > 0 && spec.sizes[1] < d->info_.max_seq_len) {
+    d->info_.max_seq_len = spec.sizes[1];
+  }
+  return d;
+}
+
+Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos) {
+  EMBER_CHECK_ARG(n >= 1 && n <= info_.max_seq_len, "a forward step takes 1..%lld tokens (llm.max_seq_len), got %lld",
+                  static_cast<long long>(info_.max_seq_len), static_cast<long long>(n));
+  EMBER_CHECK_ARG(pos >= 0 && pos + n <= info_.max_context_len,
+                  "positions [%lld, %lld) are outside the context of %lld tokens (llm.max_context_len)",
+                  static_cast<long long>(pos), static_cast<long long>(pos + n),
+                  static_cast<long long>(info_.max_context_len));
+  for (int64_t i = 0; i < n; ++i) {
+    EMBER_CHECK_ARG(tokens[i] >= 0 && tokens[i] < info_.vocab_size,
+                    "token id %lld at index %lld is outside the vocabulary [0, %lld)",
+                    static_cast<long long>(tokens[i]), static_cast<long long>(i),
+                    static_cast<long long>(info_.vocab_size));
+  }
+  Tensor t;
+  t.data = const_cast<int64_t*>(tokens);  // read-only by the method
+  t.dtype = DType::kInt64;
+  t.dim = 2;
+  t.sizes[0] = 1;
+  t.sizes[1] = n;
+  t.capacity = static_cast<size_t>(n) * sizeof(int64_t);
+  pos_buf_[0] = pos;
+  Tensor p;
+  p.data = pos_buf_;
+  p.dtype = DType::kInt64;
+  p.dim = 1;
+  p.sizes[0] = 1;
+  p.capacity = sizeof(int64_t);
+  EMBER_TRY(method_->set_input(0, t));
+  EMBER_TRY(method_->set_input(1, p));
+  EMBER_TRY(method_->execute());
+
+  const EValue& out = method_->output(0);
+  EMBER_CHECK(out.is_tensor(), ErrorCode::kInvalidProgram, "forward output 0 is a %s, expected a logits tensor",
+              tag_name(out.tag));
+  const Tensor& logits = out.tensor;
+  EMBER_CHECK(logits.dim >= 1 && logits.size(-1) == info_.vocab_size, ErrorCode::kInvalidProgram,
+              "forward returned logits whose last dim is %lld, expected llm.vocab_size = %lld",
+              static_cast<long long>(logits.dim >= 1 ? logits.size(-1) : 0), static_cast<long long>(info_.vocab_size));
+  // Last position: the final row whatever the leading dims ([1, V] or [1, T, V]).
+  const int64_t rows = logits.numel() / info_.vocab_size;
+  EMBER_CHECK(rows >= 1, ErrorCode::kInvalidProgram, "forward returned empty logits");
+  const size_t offset = static_cast<size_t>(rows - 1) * static_cast<size_t>(info_.vocab_size);
+  switch (logits.dtype) {
+    case DType::kFloat32:
+      return logits.ptr<const float>() + offset;
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      converted_.resize(static_cast<size_t>(info_.vocab_size));
+      const uint16_t* src = logits.ptr<const uint16_t>() + offset;
+      const bool half = logits.dtype == DType::kFloat16;
+      for (int64_t i = 0; i < info_.vocab_size; ++i) {
+        converted_[static_cast<size_t>(i)] = half ? half_to_float(src[i]) : bf16_to_float(src[i]);
+      }
+      return static_cast<const float*>(converted_.data());
+    }
+    default:
+      return Error::make(ErrorCode::kInvalidProgram, "forward returned %s logits; expected a floating type",
+                         dtype_name(logits.dtype));
+  }
+}
+
+}  // namespace runners
+}  // namespace ember

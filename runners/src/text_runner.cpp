@@ -1,0 +1,190 @@
+#include "ember/runners/text_runner.h"
+
+#include <algorithm>
+
+#include "ember/runtime/thread_pool.h"
+
+namespace ember {
+namespace runners {
+
+Error GenerateConfig::validate() const {
+  EMBER_CHECK_ARG(max_new_tokens >= 1, "max_new_tokens must be >= 1, got %lld", static_cast<long long>(max_new_tokens));
+  return sampling.validate();
+}
+
+TextRunner::TextRunner(std::unique_ptr<TextDecoder> decoder)
+    : decoder_(std::move(decoder)), sampler_(decoder_->info().vocab_size) {
+  cached_.reserve(static_cast<size_t>(decoder_->info().max_context_len));
+}
+
+Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads) {
+  EMBER_CHECK_ARG(threads >= 0, "threads must be >= 0 (0 = one per physical core), got %d", threads);
+  const Clock::time_point t0 = Clock::now();
+  if (threads > 0) set_num_threads(threads);
+  auto program = Program::load_file(path);
+  if (!program.ok()) return program.error();
+  auto runner = create(std::move(program).value());
+  if (!runner.ok()) return runner.error();
+  (*runner)->stats_.load_ms = ms_since(t0);
+  return runner;
+}
+
+Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> program) {
+  const Clock::time_point t0 = Clock::now();
+  auto decoder = TextDecoder::create(std::move(program));
+  if (!decoder.ok()) return decoder.error();
+  std::unique_ptr<TextRunner> runner(new TextRunner(std::move(decoder).value()));
+  runner->stats_.load_ms = ms_since(t0);
+  return runner;
+}
+
+bool TextRunner::is_stop_id(int64_t token) const {
+  return std::find(config_.stop_ids.begin(), config_.stop_ids.end(), token) != config_.stop_ids.end();
+}
+
+void TextRunner::finish(StopReason reason) {
+  active_ = false;
+  stats_.stop_reason = reason;
+  stats_.finish();
+}
+
+Error TextRunner::start(const int64_t* prompt, size_t n, const GenerateConfig& config) {
+  const LlmInfo& info = decoder_->info();
+  active_ = false;
+  pending_ = kDone;
+  EMBER_TRY(config.validate());
+  EMBER_CHECK_ARG(n >= 1, "the prompt is empty; pass at least one token (e.g. the BOS id %lld)",
+                  static_cast<long long>(info.bos_id));
+  EMBER_CHECK_ARG(static_cast<int64_t>(n) <= info.max_context_len,
+                  "the prompt has %zu tokens but the context holds %lld (llm.max_context_len); shorten the "
+                  "prompt or export with a larger max_context_len", n, static_cast<long long>(info.max_context_len));
+  for (size_t i = 0; i < n; ++i) {
+    EMBER_CHECK_ARG(prompt[i] >= 0 && prompt[i] < info.vocab_size,
+                    "prompt token id %lld at index %zu is outside the vocabulary [0, %lld)",
+                    static_cast<long long>(prompt[i]), i, static_cast<long long>(info.vocab_size));
+  }
+  EMBER_TRY(sampler_.configure(config.sampling));
+  config_ = config;
+  stop_requested_.store(false, std::memory_order_relaxed);
+
+  const double load_ms = stats_.load_ms;
+  stats_ = Stats();
+  stats_.load_ms = load_ms;
+  stats_.prompt_tokens = static_cast<int64_t>(n);
+  start_time_ = Clock::now();
+
+  // Keep the common prefix; recompute at least the last prompt token for its logits.
+  size_t keep = 0;
+  const size_t limit = std::min(cached_.size(), n - 1);
+  while (keep < limit && cached_[keep] == prompt[keep]) ++keep;
+  cached_.resize(keep);
+  stats_.reused_tokens = static_cast<int64_t>(keep);
+
+  const Clock::time_point t0 = Clock::now();
+  for (size_t begin = keep; begin < n;) {
+    const size_t len = std::min(n - begin, static_cast<size_t>(info.max_seq_len));
+    auto logits = decoder_->step(prompt + begin, static_cast<int64_t>(len), static_cast<int64_t>(begin));
+    if (!logits.ok()) {
+      cached_.clear();  // the cache content is unknown now
+      return logits.error().with_context("prefill");
+    }
+    logits_ = *logits;
+    cached_.insert(cached_.end(), prompt + begin, prompt + begin + len);
+    begin += len;
+  }
+  stats_.prefill_ms = ms_since(t0);
+  stats_.prefill_tokens = static_cast<int64_t>(n - keep);
+  active_ = true;
+  return Error::ok();
+}
+
+Result<int64_t> TextRunner::next() {
+  if (!active_) return kDone;
+  if (stop_requested_.load(std::memory_order_relaxed)) {
+    finish(StopReason::kStopped);
+    return kDone;
+  }
+  const LlmInfo& info = decoder_->info();
+  const Clock::time_point t0 = Clock::now();
+  if (pending_ != kDone) {
+    if (stats_.generated_tokens >= config_.max_new_tokens) {
+      finish(StopReason::kMaxTokens);
+      return kDone;
+    }
+    if (static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
+      finish(StopReason::kContextFull);
+      return kDone;
+    }
+    auto logits = decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size()));
+    if (!logits.ok()) {
+      cached_.clear();
+      active_ = false;
+      return logits.error().with_context("decode");
+    }
+    logits_ = *logits;
+    cached_.push_back(pending_);
+    pending_ = kDone;
+    ++stats_.decode_steps;
+  }
+  const Clock::time_point ts = Clock::now();
+  auto token = sampler_.sample(logits_, cached_.data(), cached_.size());
+  const Clock::time_point te = Clock::now();
+  if (!token.ok()) {
+    active_ = false;
+    return token.error();
+  }
+  stats_.sampling_ms += std::chrono::duration<double, std::milli>(te - ts).count();
+  if (stats_.decode_steps > 0) {
+    stats_.decode_ms += std::chrono::duration<double, std::milli>(te - t0).count();
+  } else {
+    stats_.time_to_first_token_ms = std::chrono::duration<double, std::milli>(te - start_time_).count();
+  }
+  const int64_t id = *token;
+  if (!config_.ignore_eos && std::find(info.eos_ids.begin(), info.eos_ids.end(), id) != info.eos_ids.end()) {
+    finish(StopReason::kEos);
+    return kDone;
+  }
+  if (is_stop_id(id)) {
+    finish(StopReason::kStopToken);
+    return kDone;
+  }
+  pending_ = id;
+  ++stats_.generated_tokens;
+  return id;
+}
+
+Result<GenerateResult> TextRunner::generate(const std::vector<int64_t>& prompt, const GenerateConfig& config,
+                                            const TokenCallback& on_token) {
+  EMBER_TRY(start(prompt.data(), prompt.size(), config));
+  GenerateResult result;
+  result.tokens.reserve(static_cast<size_t>(std::min<int64_t>(config.max_new_tokens, decoder_->info().max_context_len)));
+  for (;;) {
+    auto token = next();
+    if (!token.ok()) return token.error();
+    if (*token == kDone) break;
+    result.tokens.push_back(*token);
+    if (on_token && !on_token(*token)) {
+      finish(StopReason::kStopped);
+      break;
+    }
+  }
+  result.stop_reason = stats_.stop_reason;
+  return result;
+}
+
+void TextRunner::reset() {
+  active_ = false;
+  pending_ = kDone;
+  cached_.clear();
+  decoder_->reset_state();
+}
+
+Result<const float*> TextRunner::forward(const int64_t* tokens, int64_t n, int64_t pos) {
+  active_ = false;
+  pending_ = kDone;
+  cached_.clear();  // the caller now owns what the cache holds
+  return decoder_->step(tokens, n, pos);
+}
+
+}  // namespace runners
+}  // namespace ember

@@ -1,0 +1,469 @@
+// fp32 GEMV / GEMM with run-time ISA selection. See gemm.h.
+//
+// GEMV (M = 1, B = [N, K] fp32): each thread takes a contiguous range of output rows and
+// computes 8 dot products at a time, so x stays in L1 and the weight is read exactly once
+// at memory bandwidth.
+// GEMM: B is packed per (32-column panel, KC-deep block) into a contiguous [KC, 32] tile
+// (converting fp16/bf16 on the way), then a 6x32 register-blocked micro-kernel sweeps all
+// rows of A over it. Threads split the column panels (or the rows when panels are few).
+#include "gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ember/runtime/thread_pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EMBER_X86 1
+#else
+#define EMBER_X86 0
+#endif
+
+namespace ember {
+namespace kern {
+
+// ---- ISA selection -------------------------------------------------------------------------
+
+namespace {
+Isa detect_isa() {
+  Isa best = Isa::kPortable;
+#if EMBER_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("fma"))
+    best = Isa::kAvx512;
+#endif
+  const char* env = std::getenv("EMBER_KERNEL_ISA");
+  if (env != nullptr) {
+    Isa want = best;
+    if (std::strcmp(env, "portable") == 0) want = Isa::kPortable;
+    else if (std::strcmp(env, "avx2") == 0) want = Isa::kAvx2;
+    else if (std::strcmp(env, "avx512") == 0) want = Isa::kAvx512;
+    if (static_cast<int>(want) < static_cast<int>(best)) best = want;
+  }
+  return best;
+}
+}  // namespace
+
+Isa cpu_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+namespace {
+
+constexpr int kMR = 6;
+constexpr int kNR = 32;
+constexpr int64_t kKC = 256;
+
+// ---- portable kernels ----------------------------------------------------------------------
+
+inline float dot_portable(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[k + j] * b[k + j];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+void gemv_rows_portable(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                        const float* bias) {
+  for (int64_t n = n0; n < n1; ++n) y[n] = dot_portable(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
+}
+
+template <int MR>
+inline void ukernel_generic(int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc, int nr,
+                            bool first, const float* bias) {
+  float c[MR][kNR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < kNR; ++j) c[i][j] = 0;
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* b = Bp + k * kNR;
+    for (int i = 0; i < MR; ++i) {
+      const float a = A[i * lda + k];
+      for (int j = 0; j < kNR; ++j) c[i][j] += a * b[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* crow = C + i * ldc;
+    for (int j = 0; j < nr; ++j) {
+      const float base = first ? (bias ? bias[j] : 0.0f) : crow[j];
+      crow[j] = base + c[i][j];
+    }
+  }
+}
+
+void ukernel_portable(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc, int nr,
+                      bool first, const float* bias) {
+  switch (mr) {
+    case 6: ukernel_generic<6>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 5: ukernel_generic<5>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 4: ukernel_generic<4>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 3: ukernel_generic<3>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 2: ukernel_generic<2>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    default: ukernel_generic<1>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+  }
+}
+
+void axpy_portable(float s, const float* x, float* y, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) y[k] += s * x[k];
+}
+
+#if EMBER_X86
+// ---- AVX2 ----------------------------------------------------------------------------------
+
+#define EMBER_AVX2 __attribute__((target("avx2,fma")))
+
+EMBER_AVX2 inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+EMBER_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+  }
+  for (; k + 8 <= n; k += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+  float s = hsum256(_mm256_add_ps(s0, s1));
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+EMBER_AVX2 void gemv_rows_avx2(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                               const float* bias) {
+  int64_t n = n0;
+  const int64_t K8 = K & ~int64_t{7};
+  for (; n + 4 <= n1; n += 4) {
+    const float* w0 = W + n * ldw;
+    const float* w1 = w0 + ldw;
+    const float* w2 = w1 + ldw;
+    const float* w3 = w2 + ldw;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + k);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, a3);
+    }
+    float r0 = hsum256(a0), r1 = hsum256(a1), r2 = hsum256(a2), r3 = hsum256(a3);
+    for (int64_t k = K8; k < K; ++k) {
+      r0 += w0[k] * x[k];
+      r1 += w1[k] * x[k];
+      r2 += w2[k] * x[k];
+      r3 += w3[k] * x[k];
+    }
+    y[n] = r0 + (bias ? bias[n] : 0.0f);
+    y[n + 1] = r1 + (bias ? bias[n + 1] : 0.0f);
+    y[n + 2] = r2 + (bias ? bias[n + 2] : 0.0f);
+    y[n + 3] = r3 + (bias ? bias[n + 3] : 0.0f);
+  }
+  for (; n < n1; ++n) y[n] = dot_avx2(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
+}
+
+EMBER_AVX2 void ukernel_avx2(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                             int nr, bool first, const float* bias) {
+  // 4 x 32 tile in 16 ymm accumulators; rows beyond mr are computed on row 0 and dropped.
+  for (int i0 = 0; i0 < mr; i0 += 3) {
+    const int rows = std::min(3, mr - i0);
+    __m256 c[3][4];
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j) c[i][j] = _mm256_setzero_ps();
+    const float* a0 = A + i0 * lda;
+    const float* a1 = A + (i0 + (rows > 1 ? 1 : 0)) * lda;
+    const float* a2 = A + (i0 + (rows > 2 ? 2 : 0)) * lda;
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* b = Bp + k * kNR;
+      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16),
+                   b3 = _mm256_loadu_ps(b + 24);
+      __m256 av = _mm256_broadcast_ss(a0 + k);
+      c[0][0] = _mm256_fmadd_ps(av, b0, c[0][0]);
+      c[0][1] = _mm256_fmadd_ps(av, b1, c[0][1]);
+      c[0][2] = _mm256_fmadd_ps(av, b2, c[0][2]);
+      c[0][3] = _mm256_fmadd_ps(av, b3, c[0][3]);
+      av = _mm256_broadcast_ss(a1 + k);
+      c[1][0] = _mm256_fmadd_ps(av, b0, c[1][0]);
+      c[1][1] = _mm256_fmadd_ps(av, b1, c[1][1]);
+      c[1][2] = _mm256_fmadd_ps(av, b2, c[1][2]);
+      c[1][3] = _mm256_fmadd_ps(av, b3, c[1][3]);
+      av = _mm256_broadcast_ss(a2 + k);
+      c[2][0] = _mm256_fmadd_ps(av, b0, c[2][0]);
+      c[2][1] = _mm256_fmadd_ps(av, b1, c[2][1]);
+      c[2][2] = _mm256_fmadd_ps(av, b2, c[2][2]);
+      c[2][3] = _mm256_fmadd_ps(av, b3, c[2][3]);
+    }
+    for (int i = 0; i < rows; ++i) {
+      float tmp[kNR];
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(tmp + 8 * j, c[i][j]);
+      float* crow = C + (i0 + i) * ldc;
+      for (int j = 0; j < nr; ++j) crow[j] = (first ? (bias ? bias[j] : 0.0f) : crow[j]) + tmp[j];
+    }
+  }
+}
+
+EMBER_AVX2 void axpy_avx2(float s, const float* x, float* y, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(y + k, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
+  for (; k < n; ++k) y[k] += s * x[k];
+}
+
+// ---- AVX-512 -------------------------------------------------------------------------------
+
+#define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+EMBER_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), s1);
+  }
+  for (; k + 16 <= n; k += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), s0);
+  if (k < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
+    s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
+                                   float* y, const float* bias) {
+  const int64_t K16 = K & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (K - K16)) - 1);
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    const float* w = W + n * ldw;
+    __m512 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K16; k += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + k);
+      for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + j * ldw + k), xv, a[j]);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + K16);
+      for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + j * ldw + K16), xv, a[j]);
+    }
+    for (int j = 0; j < 8; ++j) y[n + j] = _mm512_reduce_add_ps(a[j]) + (bias ? bias[n + j] : 0.0f);
+  }
+  for (; n < n1; ++n) y[n] = dot_avx512(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
+}
+
+template <int MR>
+EMBER_AVX512 inline void ukernel_avx512_t(int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                                          int nr, bool first, const float* bias) {
+  __m512 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = _mm512_setzero_ps();
+    c1[i] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(Bp + k * kNR);
+    const __m512 b1 = _mm512_loadu_ps(Bp + k * kNR + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 av = _mm512_set1_ps(A[i * lda + k]);
+      c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xFFFF : (1u << nr) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+  __m512 base0 = _mm512_setzero_ps(), base1 = _mm512_setzero_ps();
+  if (first && bias) {
+    base0 = _mm512_maskz_loadu_ps(m0, bias);
+    base1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* crow = C + i * ldc;
+    __m512 p0 = base0, p1 = base1;
+    if (!first) {
+      p0 = _mm512_maskz_loadu_ps(m0, crow);
+      p1 = _mm512_maskz_loadu_ps(m1, crow + 16);
+    }
+    _mm512_mask_storeu_ps(crow, m0, _mm512_add_ps(p0, c0[i]));
+    _mm512_mask_storeu_ps(crow + 16, m1, _mm512_add_ps(p1, c1[i]));
+  }
+}
+
+EMBER_AVX512 void ukernel_avx512(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                                 int nr, bool first, const float* bias) {
+  switch (mr) {
+    case 6: ukernel_avx512_t<6>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 5: ukernel_avx512_t<5>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 4: ukernel_avx512_t<4>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 3: ukernel_avx512_t<3>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 2: ukernel_avx512_t<2>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    default: ukernel_avx512_t<1>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+  }
+}
+
+EMBER_AVX512 void axpy_avx512(float s, const float* x, float* y, int64_t n) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(y + k, _mm512_fmadd_ps(sv, _mm512_loadu_ps(x + k), _mm512_loadu_ps(y + k)));
+  if (k < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
+  }
+}
+#endif  // EMBER_X86
+
+using GemvRowsFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*, const float*);
+using UkernelFn = void (*)(int, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*);
+
+GemvRowsFn gemv_rows_fn() {
+#if EMBER_X86
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return gemv_rows_avx512;
+    case Isa::kAvx2: return gemv_rows_avx2;
+    default: break;
+  }
+#endif
+  return gemv_rows_portable;
+}
+
+UkernelFn ukernel_fn() {
+#if EMBER_X86
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return ukernel_avx512;
+    case Isa::kAvx2: return ukernel_avx2;
+    default: break;
+  }
+#endif
+  return ukernel_portable;
+}
+
+inline float load_float(const void* p, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::kFloat16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Packs B columns [n0, n0+nr) x rows [k0, k0+kc) into Bp[kc][kNR] (zero padded).
+void pack_b(const void* B, DType bdt, int64_t ldb, bool b_nk, int64_t n0, int nr, int64_t k0, int64_t kc, float* Bp) {
+  if (nr < kNR) std::memset(Bp, 0, sizeof(float) * static_cast<size_t>(kc) * kNR);
+  if (b_nk) {
+    for (int j = 0; j < nr; ++j) {
+      const int64_t row = (n0 + j) * ldb + k0;
+      if (bdt == DType::kFloat32) {
+        const float* src = static_cast<const float*>(B) + row;
+        for (int64_t k = 0; k < kc; ++k) Bp[k * kNR + j] = src[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) Bp[k * kNR + j] = load_float(B, bdt, row + k);
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < kc; ++k) {
+      const int64_t row = (k0 + k) * ldb + n0;
+      if (bdt == DType::kFloat32) {
+        std::memcpy(Bp + k * kNR, static_cast<const float*>(B) + row, sizeof(float) * static_cast<size_t>(nr));
+      } else {
+        for (int j = 0; j < nr; ++j) Bp[k * kNR + j] = load_float(B, bdt, row + j);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+#if EMBER_X86
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return dot_avx512(a, b, n);
+    case Isa::kAvx2: return dot_avx2(a, b, n);
+    default: break;
+  }
+#endif
+  return dot_portable(a, b, n);
+}
+
+void axpy_f32(float s, const float* x, float* y, int64_t n) {
+#if EMBER_X86
+  switch (cpu_isa()) {
+    case Isa::kAvx512: axpy_avx512(s, x, y, n); return;
+    case Isa::kAvx2: axpy_avx2(s, x, y, n); return;
+    default: break;
+  }
+#endif
+  axpy_portable(s, x, y, n);
+}
+
+void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias) {
+  const GemvRowsFn fn = gemv_rows_fn();
+  // Rows per task: whole 8-row groups, and enough bytes (>= ~64 KiB) to be worth a thread.
+  const int64_t groups = (N + 7) / 8;
+  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, 8 * K * 4));
+  parallel_for(groups, grain, [&](int64_t gb, int64_t ge) {
+    fn(x, W, ldw, K, gb * 8, std::min(N, ge * 8), y, bias);
+  });
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const void* B, DType bdt, int64_t ldb, bool b_nk,
+          float* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = bias ? bias[n] : 0.0f;
+    return;
+  }
+  if (b_nk && bdt == DType::kFloat32 && M <= 2) {
+    for (int64_t m = 0; m < M; ++m) gemv_nk_f32(N, K, A + m * lda, static_cast<const float*>(B), ldb, C + m * ldc, bias);
+    return;
+  }
+  const UkernelFn uk = ukernel_fn();
+  const int64_t panels = (N + kNR - 1) / kNR;
+  const int64_t kc_max = std::min(K, kKC);
+  // One task = a range of panels x a range of row blocks.
+  auto run = [&](int64_t p0, int64_t p1, int64_t m0, int64_t m1) {
+    std::vector<float> Bp(static_cast<size_t>(kc_max) * kNR);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n0 = p * kNR;
+      const int nr = static_cast<int>(std::min<int64_t>(kNR, N - n0));
+      for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+        const int64_t kc = std::min(kKC, K - k0);
+        pack_b(B, bdt, ldb, b_nk, n0, nr, k0, kc, Bp.data());
+        for (int64_t m = m0; m < m1; m += kMR) {
+          const int mr = static_cast<int>(std::min<int64_t>(kMR, m1 - m));
+          uk(mr, kc, A + m * lda + k0, lda, Bp.data(), C + m * ldc + n0, ldc, nr, k0 == 0, bias ? bias + n0 : nullptr);
+        }
+      }
+    }
+  };
+  const int64_t work = M * N * K;
+  const int threads = get_num_threads();
+  if (work < (1 << 18) || threads <= 1) {
+    run(0, panels, 0, M);
+    return;
+  }
+  if (panels >= 2 * threads || M < 2 * kMR) {
+    parallel_for(panels, 1, [&](int64_t b, int64_t e) { run(b, e, 0, M); });
+  } else {
+    const int64_t mblocks = (M + kMR - 1) / kMR;
+    parallel_for(mblocks, 1, [&](int64_t b, int64_t e) { run(0, panels, b * kMR, std::min(M, e * kMR)); });
+  }
+}
+
+}  // namespace kern
+}  // namespace ember

@@ -1,0 +1,36 @@
+// fp32 matrix products for the portable kernels (linear, mm, bmm, addmm, matmul).
+//
+// Paths are chosen once at run time: AVX-512 (avx512f+fma) or AVX2 (avx2+fma) when the CPU
+// has them, else portable C++. EMBER_KERNEL_ISA=portable|avx2|avx512 forces a lower path
+// (for tests and comparisons); a path the CPU lacks is never chosen.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/runtime/dtype.h"
+
+namespace ember {
+namespace kern {
+
+enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+Isa cpu_isa();
+const char* isa_name(Isa isa);
+
+// C[M, N] = A[M, K] · op(B) (+ bias[N]); A, C, bias fp32 row-major with leading dims lda/ldc.
+// B is any float dtype (fp32/fp16/bf16; converted while packing):
+//   b_nk = true:  B is [N, K] (ldb = row stride), i.e. C = A · Bᵀ (linear weights)
+//   b_nk = false: B is [K, N] (ldb = row stride), i.e. C = A · B
+// Runs in parallel over the thread pool. M == 1 with fp32 [N, K] B streams B once (GEMV).
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const void* B, DType bdt, int64_t ldb, bool b_nk,
+          float* C, int64_t ldc, const float* bias);
+
+// y[N] = W[N, K] · x[K] (+ bias) for fp32 W: split over threads, weight streamed once.
+void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias);
+
+// Dot product of n fp32 values (vectorized for the current ISA).
+float dot_f32(const float* a, const float* b, int64_t n);
+// y[0..n) += s * x[0..n)
+void axpy_f32(float s, const float* x, float* y, int64_t n);
+
+}  // namespace kern
+}  // namespace ember
