@@ -247,7 +247,7 @@ class MethodEmitter:
                 elems.append(idx)
             self.node_values[node] = elems
             returns = node.target._schema.returns
-            if len(returns) == 1 and str(returns[0].type).endswith("[]"):
+            if len(returns) == 1 and isinstance(returns[0].type, torch.ListType):
                 o = TensorListT()
                 o.items = elems
                 return [self._add(ValueKind.TensorList, o)]

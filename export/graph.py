@@ -20,14 +20,28 @@ class LoweringGraph:
     inputs: list[Node]                               # user-input placeholders, in order
     constants: dict[Node, torch.Tensor]              # params, lifted constants, read-only buffers, folded values
     state: dict[Node, str]                           # placeholders of mutable buffers -> buffer name
-    user_outputs: list[Any]                          # Nodes (or python constants), in order
-    mutations: list[tuple[Node, str]]                # (new value, buffer name) written back to state
+    output_kinds: list[str | None]                   # per graph output: None (user output) or the buffer it updates
     range_constraints: dict[Any, Any]
     notes: list[str] = field(default_factory=list)   # what passes did, for the summary
 
     @property
     def graph(self) -> torch.fx.Graph:
         return self.gm.graph
+
+    def _outputs(self) -> list[Any]:
+        # Read from the output node each time: passes replace the nodes that feed it.
+        output_node = next(n for n in reversed(self.graph.nodes) if n.op == "output")
+        return list(output_node.args[0])
+
+    @property
+    def user_outputs(self) -> list[Any]:
+        """Nodes (or python constants) returned to the caller, in order."""
+        return [v for v, kind in zip(self._outputs(), self.output_kinds) if kind is None]
+
+    @property
+    def mutations(self) -> list[tuple[Any, str]]:
+        """(new value, buffer name) pairs written back to program state."""
+        return [(v, kind) for v, kind in zip(self._outputs(), self.output_kinds) if kind is not None]
 
 
 def build_lowering_graph(name: str, ep: ExportedProgram, mutable_buffers: set[str]) -> LoweringGraph:
@@ -59,21 +73,17 @@ def build_lowering_graph(name: str, ep: ExportedProgram, mutable_buffers: set[st
             constants[node] = ep.constants[spec.target]
         else:
             raise ExportError(f"method '{name}': input kind {spec.kind.name} ('{node.name}') is not supported")
-    output_node = next(n for n in ep.graph.nodes if n.op == "output")
-    outs = list(output_node.args[0])
-    user_outputs: list[Any] = []
-    mutations: list[tuple[Node, str]] = []
-    for spec, value in zip(sig.output_specs, outs):
+    output_kinds: list[str | None] = []
+    for spec in sig.output_specs:
         if spec.kind == OutputKind.USER_OUTPUT:
-            user_outputs.append(value)
+            output_kinds.append(None)
         elif spec.kind == OutputKind.BUFFER_MUTATION:
-            mutations.append((value, spec.target))
+            output_kinds.append(spec.target)
         else:
             raise ExportError(
                 f"method '{name}': output kind {spec.kind.name} is not supported (ember methods may mutate "
                 "buffers, not their inputs: copy the input into a buffer instead)")
-    return LoweringGraph(name, ep.graph_module, inputs, constants, state, user_outputs, mutations,
-                         dict(ep.range_constraints))
+    return LoweringGraph(name, ep.graph_module, inputs, constants, state, output_kinds, dict(ep.range_constraints))
 
 
 def shape_bounds(shape: Any, range_constraints: dict[Any, Any], where: str) -> tuple[list[int], list[bool]]:

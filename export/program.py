@@ -188,17 +188,17 @@ class Program:
         fb = bytes(view[header.fb_offset: header.fb_offset + header.fb_size])
         root = ProgramT.InitFromObj(FbProgram.GetRootAs(fb, 0))
         base = header.data_offset
-        segments = [view[base + s.offset: base + s.offset + s.size] for s in (root.segments or [])]
+        segments = [view[base + s.offset: base + s.offset + s.size] for s in _seq(root.segments)]
         return cls(root, segments)
 
     # --- views --------------------------------------------------------------------------------
     @property
     def methods(self) -> list[str]:
-        return [_s(m.name) for m in (self.root.methods or [])]
+        return [_s(m.name) for m in _seq(self.root.methods)]
 
     @property
     def metadata(self) -> dict[str, MetaPy]:
-        return {_s(e.key): _decode_meta(e, self.segments) for e in (self.root.metadata or [])}
+        return {_s(e.key): _decode_meta(e, self.segments) for e in _seq(self.root.metadata)}
 
     @property
     def size(self) -> int:
@@ -208,12 +208,12 @@ class Program:
 
     def method_stats(self, name: str) -> dict[str, Any]:
         """Op histogram, delegated nodes per backend, arena and activation sizes of one method."""
-        m = next((m for m in self.root.methods or [] if _s(m.name) == name), None)
+        m = next((m for m in _seq(self.root.methods) if _s(m.name) == name), None)
         if m is None:
             raise KeyError(f"no method '{name}' (methods: {', '.join(self.methods)})")
         ops = collections.Counter()
         delegated = collections.Counter()
-        for ins in m.instructions or []:
+        for ins in _seq(m.instructions):
             if ins.iType == InstructionKind.KernelCall:
                 ops[_s(m.operators[ins.i.op].name)] += 1
             elif ins.iType == InstructionKind.DelegateCall:
@@ -222,16 +222,16 @@ class Program:
             else:
                 ops["<copy to state>"] += 1
         return {
-            "inputs": [_tensor_desc(m.values[i].v) for i in (m.inputs or [])],
-            "outputs": [_value_desc(m.values[i]) for i in (m.outputs or [])],
-            "instructions": len(m.instructions or []),
+            "inputs": [_tensor_desc(m.values[i].v) for i in _seq(m.inputs)],
+            "outputs": [_value_desc(m.values[i]) for i in _seq(m.outputs)],
+            "instructions": len(_seq(m.instructions)),
             "ops": dict(ops.most_common()),
             "delegated_nodes": dict(delegated),
             "portable_nodes": sum(ops.values()),
             "arena_size": int(m.arenaSize),
             "activation_bytes": int(m.activationBytes),
             "constants_bytes": sum(
-                int(v.v.nbytes) for v in (m.values or [])
+                int(v.v.nbytes) for v in _seq(m.values)
                 if v.vType == ValueKind.Tensor and v.v.storage == Storage.Constant),
         }
 
@@ -239,8 +239,8 @@ class Program:
         lines = []
         seg_sizes = [len(memoryview(s).cast("B")) for s in self.segments]
         lines.append(f"ember program: {len(self.methods)} method(s), {len(self.segments)} segment(s) "
-                     f"({_human(sum(seg_sizes))}), {len(self.root.metadata or [])} metadata entries")
-        for st in self.root.state or []:
+                     f"({_human(sum(seg_sizes))}), {len(_seq(self.root.metadata))} metadata entries")
+        for st in _seq(self.root.state):
             shape = list(st.sizes) if st.sizes is not None else []
             lines.append(f"  state {_s(st.name)}: {DTYPE_NAMES.get(st.dtype, st.dtype)}{shape}")
         for name in self.methods:
@@ -259,6 +259,11 @@ class Program:
 
     def __repr__(self) -> str:
         return f"ember.export.Program(methods={self.methods}, segments={len(self.segments)})"
+
+
+def _seq(x: Any) -> Any:
+    """A flatbuffer vector field: None when absent, else a list or numpy array (never test its truth)."""
+    return [] if x is None else x
 
 
 def _s(x: Any) -> str:

@@ -136,13 +136,13 @@ def export_llm(
             "(pip install -e '.[export]')"
         ) from error
 
+    from ember.export.backend import get_partitioner
+
+    partitioners = (get_partitioner(backend),) if backend is not None else ()  # fail before the slow part
     started = time.perf_counter()
     exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
-        from ember.export.backend import get_partitioner
-
-        partitioners = (get_partitioner(backend),) if backend is not None else ()
         program = lower(exported, partitioners=partitioners, metadata=metadata)
         bar.update(1)
         bar.set_postfix_str("writing")

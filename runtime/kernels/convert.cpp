@@ -37,7 +37,6 @@ void register_convert_kernels(KernelRegistry& r) {
   r.add("aten::_to_copy.default", KernelDef{to_copy_k, 7, 1, false});
   r.add("aten::to.dtype", KernelDef{to_copy_k, 5, 1, false});
   r.add("aten::to.dtype_layout", KernelDef{to_copy_k, 8, 1, false});
-  r.add("aten::type_as.default", KernelDef{to_copy_k, 2, 1, false});
 }
 
 }  // namespace ember

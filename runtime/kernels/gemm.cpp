@@ -16,7 +16,12 @@
 #include "ember/runtime/thread_pool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+// GCC 12 flags _mm512_undefined_* inside its own intrinsic headers as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #define EMBER_X86 1
 #else
 #define EMBER_X86 0
@@ -232,6 +237,16 @@ EMBER_AVX2 void axpy_avx2(float s, const float* x, float* y, int64_t n) {
 
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
+// Horizontal sum (not _mm512_reduce_add_ps: GCC 12 warns inside it under -Werror).
+EMBER_AVX512 inline float hsum512(__m512 v) {
+  __m512 t = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, 0xB1));
+  __m128 x = _mm512_castps512_ps128(t);
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+  return _mm_cvtss_f32(x);
+}
+
 EMBER_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   int64_t k = 0;
@@ -244,7 +259,7 @@ EMBER_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
     s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), s1);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  return hsum512(_mm512_add_ps(s0, s1));
 }
 
 EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
@@ -264,7 +279,7 @@ EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, 
       const __m512 xv = _mm512_maskz_loadu_ps(tail, x + K16);
       for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + j * ldw + K16), xv, a[j]);
     }
-    for (int j = 0; j < 8; ++j) y[n + j] = _mm512_reduce_add_ps(a[j]) + (bias ? bias[n + j] : 0.0f);
+    for (int j = 0; j < 8; ++j) y[n + j] = hsum512(a[j]) + (bias ? bias[n + j] : 0.0f);
   }
   for (; n < n1; ++n) y[n] = dot_avx512(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
 }

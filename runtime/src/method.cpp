@@ -74,6 +74,9 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
   for (uint32_t i = 0; i < nv; ++i) {
     const fb::Value* fv = vals->Get(i);
     EValue& v = values_[i];
+    // The verifier accepts a union tag without a value: every *_as_X() below relies on this check.
+    EMBER_CHECK(fv->v_type() == fb::ValueKind::NONE || fv->v() != nullptr, ErrorCode::kInvalidProgram,
+                "value %u: kind %d has no data", i, static_cast<int>(fv->v_type()));
     switch (fv->v_type()) {
       case fb::ValueKind::NONE:
       case fb::ValueKind::Null:
@@ -318,6 +321,7 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
   const uint32_t ni = vsize(m->instructions());
   for (uint32_t k = 0; k < ni; ++k) {
     const fb::Instruction* fi = m->instructions()->Get(k);
+    EMBER_CHECK(fi->i() != nullptr, ErrorCode::kInvalidProgram, "instruction %u has no data", k);
     Instr in;
     in.arg_offset = arg_storage_.size();
     const flatbuffers::Vector<int32_t>* args = nullptr;

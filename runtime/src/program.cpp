@@ -39,6 +39,8 @@ bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total
 
 }  // namespace
 
+void Program::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
 Program::~Program() {
   if (mapping_ != nullptr) munmap(mapping_, size_);
 }
@@ -157,7 +159,8 @@ Error Program::load_metadata() {
   if (md == nullptr) return Error::ok();
   for (uint32_t i = 0; i < md->size(); ++i) {
     const fb::MetaEntry* e = md->Get(i);
-    EMBER_CHECK(e->key() != nullptr, ErrorCode::kInvalidProgram, "metadata entry %u has no key", i);
+    EMBER_CHECK(e->key() != nullptr && e->value() != nullptr, ErrorCode::kInvalidProgram,
+                "metadata entry %u has no key or no value", i);
     MetaEntry m;
     m.key = std::string_view(e->key()->c_str(), e->key()->size());
     switch (e->value_type()) {

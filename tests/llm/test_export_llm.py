@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 import torch
@@ -88,30 +86,27 @@ def test_missing_source_is_a_clear_error(tmp_path) -> None:
         export_program(tmp_path / "nope", ExportConfig(), progress=False)
 
 
-def test_export_llm_calls_lower_and_save(tmp_path, monkeypatch) -> None:
-    """The lowering contract, with a stand-in for ember.export.lower."""
-    calls = {}
+def test_export_llm_writes_a_self_contained_file(tmp_path) -> None:
+    """export_llm lowers, saves, and the file carries the tokenizer, template and llm metadata."""
+    import ember.runtime
 
-    class FakeProgram:
-        def save(self, path):
-            calls["saved"] = path
-
-        def summary(self):
-            return "fake summary"
-
-    def lower(exported, metadata):
-        calls["exported"], calls["metadata"] = exported, metadata
-        return FakeProgram()
-
-    fake = types.ModuleType("ember.export")
-    fake.lower = lower
-    monkeypatch.setitem(sys.modules, "ember.export", fake)
     model, _ = make_tiny_model("qwen3")
     out = tmp_path / "tiny.ember"
-    program = export_llm(model, out, max_context_len=32, max_seq_len=8, tokenizer=smollm2_hf_tokenizer(), progress=False)
-    assert isinstance(program, FakeProgram) and calls["saved"] == str(out)
-    assert isinstance(calls["exported"], torch.export.ExportedProgram)
-    assert calls["metadata"]["llm.family"] == "qwen3" and calls["metadata"]["llm.logits"] == "last"
+    program = export_llm(model, out, max_context_len=32, max_seq_len=8, tokenizer=smollm2_hf_tokenizer(),
+                         progress=False)
+    assert out.exists() and program.methods == ["forward"]
+    md = ember.runtime.load(out).metadata
+    assert md["llm.family"] == "qwen3" and md["llm.logits"] == "last"
+    assert md["llm.max_seq_len"] == 8 and md["llm.max_context_len"] == 32
+    assert md["tokenizer.kind"] == "hf_json" and len(md["tokenizer.data"]) > 1000
+    assert "im_start" in md["chat.template"]
+
+
+def test_export_llm_unknown_backend_lists_available(tmp_path) -> None:
+    model, _ = make_tiny_model("qwen3")
+    with pytest.raises(ValueError, match="unknown backend 'npu'.*reference"):
+        export_llm(model, tmp_path / "x.ember", max_context_len=32, max_seq_len=8, backend="npu",
+                   tokenizer=smollm2_hf_tokenizer(), progress=False)
 
 
 @pytest.mark.slow

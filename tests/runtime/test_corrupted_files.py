@@ -51,7 +51,7 @@ def program_bytes() -> bytes:
 
 
 def _run_tool(tool: Path, files: list[Path], env: dict[str, str] | None = None) -> list[str]:
-    proc = subprocess.run([str(tool), *map(str, files)], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([str(tool), *map(str, files)], capture_output=True, text=True, errors="replace", timeout=600,
                           env={**os.environ, **(env or {})})
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0 and len(lines) == len(files) and "ERROR: AddressSanitizer" not in proc.stderr \

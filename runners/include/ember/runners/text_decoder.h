@@ -22,7 +22,8 @@ namespace runners {
 
 class TextDecoder {
  public:
-  // Loads `method` of `program` (shared: the program must outlive nothing here, we keep it).
+  // Loads `method` of `program` and reads its llm.* metadata; keeps a reference to the program
+  // (which owns the KV cache state). Fails with kInvalidArgument for a non-LLM program.
   static Result<std::unique_ptr<TextDecoder>> create(std::shared_ptr<Program> program,
                                                      std::string_view method = "forward");
 

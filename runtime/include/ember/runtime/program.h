@@ -93,7 +93,10 @@ class Program : public std::enable_shared_from_this<Program> {
   const fb::Program* root_ = nullptr;
   std::vector<MetaEntry> metadata_;
   std::vector<StateInfo> state_;
-  std::vector<std::unique_ptr<uint8_t[]>> state_storage_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;  // std::free: state is calloc'ed (zero pages stay lazy)
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> state_storage_;
 };
 
 }  // namespace ember

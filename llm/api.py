@@ -1,0 +1,359 @@
+"""The generate / chat API over the C++ text runner (numpy only: no torch needed).
+
+    llm = ember.load("smol.ember", threads=2)
+    llm.generate("Once upon a time", max_new_tokens=32)                  # -> str
+    for piece in llm.generate("Hi", stream=True): print(piece, end="")    # UTF-8-safe pieces
+    llm.chat([{"role": "user", "content": "What is the capital of France?"}])
+    llm.stats                                                             # last call's timings
+
+The runner keeps the token ids whose K/V are in the cache; every call reuses the longest common
+prefix with them and prefills only the rest, so a multi-turn chat recomputes only the new turn.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ember.llm.generation import GenerationConfig
+from ember.runtime.errors import EmberIOError, InvalidArgumentError
+
+__all__ = ["LLM", "GenerationStats", "load"]
+
+Message = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Timings of the last generate/chat call (times in milliseconds)."""
+
+    load_ms: float = 0.0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0          # prompt prefix found in the cache, not recomputed
+    prefill_tokens: int = 0
+    prefill_ms: float = 0.0
+    prefill_tokens_per_s: float = 0.0
+    time_to_first_token_ms: float = 0.0
+    generated_tokens: int = 0
+    decode_steps: int = 0
+    decode_ms: float = 0.0
+    decode_tokens_per_s: float = 0.0
+    sampling_ms: float = 0.0
+    peak_rss_bytes: int = 0
+    stop_reason: str = "none"       # eos | stop_token | stop_string | max_tokens | context_full | stopped
+
+    @classmethod
+    def from_native(cls, raw: Mapping[str, Any], **overrides: Any) -> "GenerationStats":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in {**raw, **overrides}.items() if k in names})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def summary(self) -> str:
+        return (
+            f"prompt {self.prompt_tokens} tok ({self.reused_tokens} reused), "
+            f"prefill {self.prefill_tokens_per_s:.1f} tok/s, first token {self.time_to_first_token_ms:.1f} ms, "
+            f"decode {self.generated_tokens} tok at {self.decode_tokens_per_s:.1f} tok/s, "
+            f"sampling {self.sampling_ms:.1f} ms, load {self.load_ms:.0f} ms, "
+            f"peak RSS {self.peak_rss_bytes / 2**20:.0f} MiB, stop: {self.stop_reason}"
+        )
+
+
+class _StopMatcher:
+    """Cuts streamed text exactly before the first stop string, holding back any tail that
+    could still become one, so no emitted piece ever contains part of a stop string."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = tuple(stops)
+        self._held = ""
+        self.hit = False
+
+    def feed(self, piece: str) -> str:
+        if not self._stops:
+            return piece
+        text = self._held + piece
+        cut = min((i for i in (text.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.hit = True
+            self._held = ""
+            return text[:cut]
+        keep = 0  # longest suffix of text that is a proper prefix of some stop string
+        for s in self._stops:
+            for n in range(min(len(s) - 1, len(text)), keep, -1):
+                if text.endswith(s[:n]):
+                    keep = n
+                    break
+        self._held = text[len(text) - keep :] if keep else ""
+        return text[: len(text) - keep]
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+class LLM:
+    """A loaded LLM program: tokenizer, chat template and the C++ text runner."""
+
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
+        from ember.runners import _runner
+
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise EmberIOError(f"no such file: '{path}'; pass the path of a .ember file made by `ember export`")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise InvalidArgumentError(f"threads must be None (one per physical core) or an int >= 1, got {threads!r}")
+        self.path = path
+        self._native = _runner
+        self._runner = _runner.Runner(path, threads or 0)
+        self.metadata: dict[str, Any] = dict(self._runner.metadata)
+        self.vocab_size: int = int(self._runner.vocab_size)
+        self.max_context_len: int = int(self._runner.max_context_len)
+        self.max_seq_len: int = int(self._runner.max_seq_len)
+        self.eos_ids: list[int] = list(self._runner.eos_ids)
+        self.generation_config = GenerationConfig.from_metadata(self.metadata)
+        self._tokenizer: Any = None
+        self._chat_template: Any = None
+        self._generation = 0  # bumps on every start: a stale stream refuses to continue
+        self._stats = GenerationStats.from_native(self._runner.stats)
+
+    # --- properties -----------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Any:
+        """The file's tokenizer (ember.llm.tokenizer.Tokenizer), built on first use."""
+        if self._tokenizer is None:
+            from ember.llm.tokenizer import Tokenizer
+
+            kind = self.metadata.get("tokenizer.kind")
+            data = self.metadata.get("tokenizer.data")
+            if kind is None or data is None:
+                raise InvalidArgumentError(
+                    f"'{self.path}' has no tokenizer (no tokenizer.kind / tokenizer.data metadata); "
+                    "pass token ids instead of text, or re-export the model with its tokenizer"
+                )
+            self._tokenizer = Tokenizer.from_metadata(kind, data, self.metadata.get("tokenizer.config") or "{}")
+        return self._tokenizer
+
+    @property
+    def chat_template(self) -> Any:
+        if self._chat_template is None:
+            from ember.llm.chat_template import ChatTemplate
+
+            source = self.metadata.get("chat.template")
+            if not source:
+                raise InvalidArgumentError(
+                    f"'{self.path}' has no chat template (chat.template metadata); use generate() with a "
+                    "plain prompt, or export a model that ships one"
+                )
+            self._chat_template = ChatTemplate(source, _special_token_strings(self.tokenizer))
+        return self._chat_template
+
+    @property
+    def stats(self) -> GenerationStats:
+        """Timings of the last call."""
+        return self._stats
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        """Token ids whose K/V are in the cache (what the next call can reuse)."""
+        return list(self._runner.cached_tokens)
+
+    # --- generation -----------------------------------------------------------------------
+    def config(self, config: GenerationConfig | None = None, **overrides: Any) -> GenerationConfig:
+        """The effective settings: `config` (default: the file's) with non-None `overrides`."""
+        base = config if config is not None else self.generation_config
+        if not isinstance(base, GenerationConfig):
+            raise TypeError(f"config must be a GenerationConfig, got {type(base).__name__}")
+        return base.replace(**overrides)
+
+    def encode(self, prompt: str | Sequence[int], add_special_tokens: bool = True) -> list[int]:
+        """Prompt text -> ids (BOS added when the model wants it); ids pass through, checked."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidArgumentError("the prompt is empty; pass some text (or token ids)")
+            return list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
+        try:
+            ids = [int(t) for t in prompt]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"the prompt must be a string or a sequence of int token ids, got {type(prompt).__name__}"
+            ) from None
+        if not ids:
+            raise InvalidArgumentError("the prompt has no token ids; pass at least one (e.g. the BOS id)")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidArgumentError(
+                f"prompt token id {bad[0]} is outside the vocabulary [0, {self.vocab_size}); "
+                "pass ids produced by this model's tokenizer"
+            )
+        if len(ids) > self.max_context_len:
+            raise InvalidArgumentError(
+                f"the prompt has {len(ids)} tokens but the context holds {self.max_context_len} "
+                "(llm.max_context_len); shorten the prompt or export with a larger max_context_len"
+            )
+        return ids
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        penalty_window: int | None = None,
+        seed: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        ignore_eos: bool | None = None,
+        config: GenerationConfig | None = None,
+        stream: bool = False,
+    ) -> str | Iterator[str]:
+        """Continues `prompt` (text, or token ids). Returns the generated text, or with
+        stream=True an iterator of text pieces (each complete UTF-8) that join to that text.
+        Settings left None come from `config`, else from the file's generation defaults."""
+        cfg = self.config(
+            config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            min_p=min_p, repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, penalty_window=penalty_window, seed=seed,
+            stop=stop, ignore_eos=ignore_eos,
+        )
+        ids = self.encode(prompt)
+        pieces = self._stream(ids, cfg)
+        return pieces if stream else "".join(pieces)
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        stream: bool = False,
+        config: GenerationConfig | None = None,
+        **settings: Any,
+    ) -> str | Iterator[str]:
+        """Answers the conversation `messages` ([{"role": "user", "content": ...}, ...]) with the
+        file's chat template. Takes the same settings as generate(). Pass the whole history each
+        turn: the cached prefix of the previous turns is reused, only the new part is prefilled."""
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+            raise InvalidArgumentError(
+                "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
+                f"got {messages!r:.80}"
+            )
+        text = self.chat_template.render(list(messages), add_generation_prompt=True)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return self.generate(ids, stream=stream, config=config, **settings)
+
+    def generate_ids(self, prompt: str | Sequence[int], **settings: Any) -> list[int]:
+        """Like generate() but returns the generated token ids (no detokenization, no stop strings)."""
+        cfg = self.config(settings.pop("config", None), **settings)
+        if cfg.stop:
+            raise InvalidArgumentError("generate_ids() works on tokens; stop strings need generate()")
+        ids = self.encode(prompt)
+        self._generation += 1
+        tokens, reason = self._runner.generate(ids, self._native_config(cfg), None)
+        self._stats = GenerationStats.from_native(self._runner.stats)
+        return list(tokens)
+
+    def stop(self) -> None:
+        """Ends the current generation at the next token; safe from any thread."""
+        self._runner.stop()
+
+    def reset(self) -> None:
+        """Forgets the cached conversation and zeroes the KV cache."""
+        self._runner.reset()
+
+    def forward(self, tokens: Sequence[int], pos: int) -> Any:
+        """Raw forward: logits float32[vocab] of the last of `tokens` placed at positions pos...
+        Invalidates the cached-prefix bookkeeping (the next generate starts from position 0)."""
+        return self._runner.forward(list(tokens), int(pos))
+
+    # --- internals ------------------------------------------------------------------------
+    def _native_config(self, cfg: GenerationConfig) -> Any:
+        native = self._native.GenerateConfig()
+        native.max_new_tokens = cfg.max_new_tokens
+        native.ignore_eos = cfg.ignore_eos
+        s = native.sampling
+        s.temperature = cfg.temperature
+        s.top_k = cfg.top_k
+        s.top_p = cfg.top_p
+        s.min_p = cfg.min_p
+        s.repetition_penalty = cfg.repetition_penalty
+        s.frequency_penalty = cfg.frequency_penalty
+        s.presence_penalty = cfg.presence_penalty
+        s.penalty_window = cfg.penalty_window
+        s.seed = cfg.resolved_seed()
+        native.sampling = s
+        return native
+
+    def _stream(self, ids: list[int], cfg: GenerationConfig) -> Iterator[str]:
+        # Validation and prefill happen now, so bad input raises at the call, not at iteration.
+        self._runner.start(ids, self._native_config(cfg))
+        self._generation += 1
+        self._stats = GenerationStats.from_native(self._runner.stats)
+        detok = self.tokenizer.detokenizer(prompt_ids=ids, skip_special_tokens=True)
+        return self._pieces(self._generation, detok, _StopMatcher(cfg.stop))
+
+    def _pieces(self, generation: int, detok: Any, matcher: _StopMatcher) -> Iterator[str]:
+        runner = self._runner
+        reason_override: dict[str, Any] = {}
+        try:
+            while True:
+                if generation != self._generation:
+                    raise RuntimeError("this stream was superseded by a newer generate/chat call on the same LLM")
+                token = runner.next()
+                if token is None:
+                    tail = matcher.feed(detok.flush())
+                    if not matcher.hit:
+                        tail += matcher.flush()
+                    if tail:
+                        yield tail
+                    return
+                piece = detok.push(token)
+                if piece:
+                    out = matcher.feed(piece)
+                    if out:
+                        yield out
+                    if matcher.hit:
+                        runner.stop()
+                        runner.next()  # finalizes the stats as "stopped"
+                        reason_override["stop_reason"] = "stop_string"
+                        return
+        except KeyboardInterrupt:
+            runner.stop()
+            runner.next()
+            raise
+        finally:
+            if generation == self._generation:
+                self._stats = GenerationStats.from_native(runner.stats, **reason_override)
+
+    def __repr__(self) -> str:
+        family = self.metadata.get("llm.family", "?")
+        return f"ember.LLM({self.path!r}, family={family!r}, vocab={self.vocab_size}, context={self.max_context_len})"
+
+
+def _special_token_strings(tokenizer: Any) -> dict[str, str]:
+    """bos_token / eos_token / ... as strings for the chat template."""
+    out: dict[str, str] = {}
+    for key, value in dict(tokenizer.config.special_tokens_map).items():
+        if isinstance(value, Mapping):
+            value = value.get("content")
+        if isinstance(value, str):
+            out[key] = value
+    if "bos_token" not in out and tokenizer.bos_id is not None:
+        token = tokenizer.id_to_token(tokenizer.bos_id)
+        if token:
+            out["bos_token"] = token
+    if "eos_token" not in out and tokenizer.eos_ids:
+        token = tokenizer.id_to_token(tokenizer.eos_ids[0])
+        if token:
+            out["eos_token"] = token
+    return out
+
+
+def load(path: str | os.PathLike[str], threads: int | None = None) -> LLM:
+    """Loads an LLM .ember file. threads: kernel threads (None = one per physical core)."""
+    return LLM(path, threads=threads)

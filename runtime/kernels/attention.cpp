@@ -1,0 +1,266 @@
+// Attention: aten::scaled_dot_product_attention and ember::attend_cache (causal attention of
+// T new queries over a static KV cache). fp32 math; rows run in parallel over the pool.
+#include <vector>
+
+#include "gemm.h"
+#include "kernel_utils.h"
+
+namespace ember {
+namespace {
+
+using namespace kern;
+
+struct F32View {
+  const float* p = nullptr;
+  std::vector<float> storage;
+};
+
+Error as_f32(const Tensor& t, F32View* v, const char* what) {
+  EMBER_TRY(check_floating(t, what));
+  if (t.dtype == DType::kFloat32) {
+    v->p = t.ptr<float>();
+    return Error::ok();
+  }
+  v->storage.resize(static_cast<size_t>(t.numel()));
+  convert_elements(t.dtype, t.data, DType::kFloat32, v->storage.data(), t.numel());
+  v->p = v->storage.data();
+  return Error::ok();
+}
+
+// Softmax over s[0..n) in place; returns false when every score is -inf.
+inline bool softmax_inplace(float* s, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+  if (mx == -std::numeric_limits<float>::infinity()) return false;
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = exp_approx(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+  return true;
+}
+
+// scaled_dot_product_attention(q, k, v, attn_mask?, dropout_p, is_causal, scale?, enable_gqa)
+Error sdpa_k(KernelContext&, KernelArgs a) {
+  Tensor *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr, *out = nullptr;
+  double dropout = 0, scale = 0;
+  bool causal = false, has_scale = false;
+  EMBER_TRY(arg_tensor(a, 0, &q, "query"));
+  EMBER_TRY(arg_tensor(a, 1, &k, "key"));
+  EMBER_TRY(arg_tensor(a, 2, &v, "value"));
+  EMBER_TRY(arg_opt_tensor(a, 3, &mask, "attn_mask"));
+  EMBER_TRY(arg_double(a, 4, &dropout, "dropout_p"));
+  EMBER_TRY(arg_bool(a, 5, &causal, "is_causal"));
+  EMBER_TRY(arg_opt_double(a, 6, &scale, &has_scale, "scale"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  EMBER_CHECK_ARG(dropout == 0, "scaled_dot_product_attention: dropout_p=%g is not supported at inference (must be 0)", dropout);
+  EMBER_CHECK_ARG(q->dim == 4 && k->dim == 4 && v->dim == 4,
+                  "scaled_dot_product_attention: expects rank-4 [B, H, L, E] inputs, got ranks %d, %d, %d",
+                  static_cast<int>(q->dim), static_cast<int>(k->dim), static_cast<int>(v->dim));
+  const int64_t B = q->sizes[0], H = q->sizes[1], L = q->sizes[2], E = q->sizes[3];
+  const int64_t Hkv = k->sizes[1], S = k->sizes[2], Ev = v->sizes[3];
+  char b1[96], b2[96], b3[96];
+  EMBER_CHECK_ARG(k->sizes[0] == B && v->sizes[0] == B && k->sizes[3] == E && v->sizes[1] == Hkv && v->sizes[2] == S &&
+                      Hkv > 0 && H % Hkv == 0,
+                  "scaled_dot_product_attention: shapes q=%s k=%s v=%s do not match (need k [B, Hkv, S, E], v [B, Hkv, S, Ev], "
+                  "H %% Hkv == 0)",
+                  q->describe(b1, sizeof b1), k->describe(b2, sizeof b2), v->describe(b3, sizeof b3));
+  const int64_t group = H / Hkv;
+  const float sc = has_scale ? static_cast<float>(scale) : static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+  const int64_t osz[4] = {B, H, L, Ev};
+  EMBER_TRY(check_floating(*out, "attention output"));
+  EMBER_TRY(out->resize(osz, 4));
+  // Mask broadcast to [B, H, L, S].
+  int64_t mst[4] = {0, 0, 0, 0};
+  F32View mf;
+  const bool* mb = nullptr;
+  if (mask) {
+    EMBER_CHECK_ARG(mask->dim <= 4, "scaled_dot_product_attention: attn_mask rank %d > 4", static_cast<int>(mask->dim));
+    const int64_t full[4] = {B, H, L, S};
+    int64_t cs[kMaxDims];
+    contiguous_strides(mask->sizes, mask->dim, cs);
+    const int shift = 4 - mask->dim;
+    for (int d = shift; d < 4; ++d) {
+      const int64_t s = mask->sizes[d - shift];
+      EMBER_CHECK_ARG(s == 1 || s == full[d], "scaled_dot_product_attention: attn_mask %s does not broadcast to [%" PRId64
+                      ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", mask->describe(b1, sizeof b1), B, H, L, S);
+      mst[d] = s == 1 ? 0 : cs[d - shift];
+    }
+    if (mask->dtype == DType::kBool) mb = mask->ptr<bool>();
+    else EMBER_TRY(as_f32(*mask, &mf, "attn_mask"));
+  }
+  F32View qv, kv, vv;
+  EMBER_TRY(as_f32(*q, &qv, "query"));
+  EMBER_TRY(as_f32(*k, &kv, "key"));
+  EMBER_TRY(as_f32(*v, &vv, "value"));
+  const bool out_f32 = out->dtype == DType::kFloat32;
+  const int64_t rows = B * H * L;
+  auto body = [&](int64_t rb, int64_t re) {
+    std::vector<float> s(static_cast<size_t>(std::max<int64_t>(S, 1)));
+    std::vector<float> acc(static_cast<size_t>(std::max<int64_t>(Ev, 1)));
+    for (int64_t r = rb; r < re; ++r) {
+      const int64_t i = r % L, h = (r / L) % H, b = r / (L * H);
+      const int64_t hk = h / group;
+      const float* qr = qv.p + r * E;
+      const float* kb = kv.p + (b * Hkv + hk) * S * E;
+      const float* vb = vv.p + (b * Hkv + hk) * S * Ev;
+      const int64_t moff = b * mst[0] + h * mst[1] + i * mst[2];
+      for (int64_t j = 0; j < S; ++j) {
+        float x = dot_f32(qr, kb + j * E, E) * sc;
+        if (causal && j > i) x = -std::numeric_limits<float>::infinity();
+        if (mb && !mb[moff + j * mst[3]]) x = -std::numeric_limits<float>::infinity();
+        if (mf.p) x += mf.p[moff + j * mst[3]];
+        s[j] = x;
+      }
+      float* o = out_f32 ? out->ptr<float>() + r * Ev : acc.data();
+      if (!softmax_inplace(s.data(), S)) {
+        for (int64_t e = 0; e < Ev; ++e) o[e] = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        for (int64_t e = 0; e < Ev; ++e) o[e] = 0;
+        for (int64_t j = 0; j < S; ++j)
+          if (s[j] != 0) axpy_f32(s[j], vb + j * Ev, o, Ev);
+      }
+      if (!out_f32) store_chunk<float>(out->dtype, out->data, r * Ev, Ev, o);
+    }
+  };
+  if (rows > 1 && rows * S * E >= 16384) parallel_for(rows, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, S * E)), body);
+  else body(0, rows);
+  return Error::ok();
+}
+
+// ember::attend_cache(q [B,Hq,T,D], k_cache [B,Hkv,S,D], v_cache, input_pos int64[1], scale,
+// sliding_window, softcap) -> [B, T, Hq, D]. Reads only keys [lo, pos + T): cost follows the
+// number of attended keys, never the cache size S.
+Error attend_cache_k(KernelContext&, KernelArgs a) {
+  Tensor *q = nullptr, *kc = nullptr, *vc = nullptr, *pos_t = nullptr, *out = nullptr;
+  double scale = 0, softcap = 0;
+  int64_t window = 0;
+  EMBER_TRY(arg_tensor(a, 0, &q, "q"));
+  EMBER_TRY(arg_tensor(a, 1, &kc, "k_cache"));
+  EMBER_TRY(arg_tensor(a, 2, &vc, "v_cache"));
+  EMBER_TRY(arg_tensor(a, 3, &pos_t, "input_pos"));
+  EMBER_TRY(arg_double(a, 4, &scale, "scale"));
+  EMBER_TRY(arg_int(a, 5, &window, "sliding_window"));
+  EMBER_TRY(arg_double(a, 6, &softcap, "softcap"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  EMBER_CHECK_ARG(q->dim == 4 && kc->dim == 4 && vc->dim == 4, "attend_cache: q, k_cache, v_cache must be rank 4");
+  EMBER_TRY(check_floating(*q, "attend_cache q"));
+  EMBER_TRY(check_floating(*kc, "attend_cache k_cache"));
+  EMBER_TRY(check_floating(*vc, "attend_cache v_cache"));
+  EMBER_TRY(check_floating(*out, "attend_cache output"));
+  EMBER_TRY(check_index_dtype(*pos_t, "attend_cache input_pos"));
+  EMBER_CHECK_ARG(pos_t->numel() == 1, "attend_cache: input_pos must hold one position, got %" PRId64 " elements",
+                  pos_t->numel());
+  const int64_t B = q->sizes[0], Hq = q->sizes[1], T = q->sizes[2], D = q->sizes[3];
+  const int64_t Hkv = kc->sizes[1], S = kc->sizes[2];
+  char b1[96], b2[96], b3[96];
+  EMBER_CHECK_ARG(kc->sizes[0] == B && kc->sizes[3] == D && same_shape(*kc, *vc) && Hkv > 0 && Hq % Hkv == 0,
+                  "attend_cache: q=%s k_cache=%s v_cache=%s do not match (need caches [B, Hkv, S, D] with Hq %% Hkv == 0)",
+                  q->describe(b1, sizeof b1), kc->describe(b2, sizeof b2), vc->describe(b3, sizeof b3));
+  EMBER_CHECK_ARG(kc->dtype == vc->dtype, "attend_cache: k_cache is %s but v_cache is %s", dtype_name(kc->dtype),
+                  dtype_name(vc->dtype));
+  const int64_t pos = index_at(*pos_t, 0);
+  EMBER_CHECK_ARG(pos >= 0 && T <= S && pos <= S - T,
+                  "attend_cache: positions [%" PRId64 ", %" PRId64 ") do not fit the cache of %" PRId64
+                  " slots; export with a larger max_context_len or stop generating at the context end",
+                  pos, pos + T, S);
+  const int64_t osz[4] = {B, T, Hq, D};
+  EMBER_TRY(out->resize(osz, 4));
+  const int64_t group = Hq / Hkv;
+  const float sc = static_cast<float>(scale);
+  const float cap = static_cast<float>(softcap);
+  const bool kv_f32 = kc->dtype == DType::kFloat32;
+  const bool q_f32 = q->dtype == DType::kFloat32;
+  const bool out_f32 = out->dtype == DType::kFloat32;
+  // Tasks: (b, h, block of query rows).
+  const int64_t tb = T >= 64 ? 16 : (T >= 8 ? 4 : 1);
+  const int64_t tblocks = (T + tb - 1) / tb;
+  const int64_t tasks = B * Hq * tblocks;
+  auto body = [&](int64_t task_b, int64_t task_e) {
+    std::vector<float> scores;
+    std::vector<float> kbuf, vbuf, qbuf(static_cast<size_t>(D)), obuf(static_cast<size_t>(D));
+    for (int64_t task = task_b; task < task_e; ++task) {
+      const int64_t blk = task % tblocks, h = (task / tblocks) % Hq, b = task / (tblocks * Hq);
+      const int64_t hk = h / group;
+      const int64_t i0 = blk * tb, i1 = std::min(T, i0 + tb);
+      // Keys any query of this block can see: [lo_all, hi_all).
+      const int64_t hi_all = pos + i1;
+      const int64_t lo_all = window > 0 ? std::max<int64_t>(0, pos + i0 - window + 1) : 0;
+      const int64_t nk = hi_all - lo_all;
+      const int64_t cache_off = ((b * Hkv + hk) * S) * D;
+      const float* kbase;
+      const float* vbase;
+      if (kv_f32) {
+        kbase = kc->ptr<float>() + cache_off + lo_all * D;
+        vbase = vc->ptr<float>() + cache_off + lo_all * D;
+      } else {
+        kbuf.resize(static_cast<size_t>(nk * D));
+        vbuf.resize(static_cast<size_t>(nk * D));
+        const size_t es = kc->element_size();
+        convert_elements(kc->dtype, static_cast<const uint8_t*>(kc->data) + static_cast<size_t>(cache_off + lo_all * D) * es,
+                         DType::kFloat32, kbuf.data(), nk * D);
+        convert_elements(vc->dtype, static_cast<const uint8_t*>(vc->data) + static_cast<size_t>(cache_off + lo_all * D) * es,
+                         DType::kFloat32, vbuf.data(), nk * D);
+        kbase = kbuf.data();
+        vbase = vbuf.data();
+      }
+      scores.resize(static_cast<size_t>(std::max<int64_t>(nk, 1)));
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t p = pos + i;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+        const int64_t hi = p + 1;  // keys [lo, hi)
+        const int64_t qoff = ((b * Hq + h) * T + i) * D;
+        const float* qr;
+        if (q_f32) {
+          qr = q->ptr<float>() + qoff;
+        } else {
+          convert_elements(q->dtype, static_cast<const uint8_t*>(q->data) + static_cast<size_t>(qoff) * q->element_size(),
+                           DType::kFloat32, qbuf.data(), D);
+          qr = qbuf.data();
+        }
+        const int64_t n = hi - lo;
+        float* s = scores.data();
+        const float* kr = kbase + (lo - lo_all) * D;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          float x = dot_f32(qr, kr + j * D, D) * sc;
+          if (cap > 0) x = cap * std::tanh(x / cap);
+          s[j] = x;
+          mx = std::max(mx, x);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const float e = exp_approx(s[j] - mx);
+          s[j] = e;
+          sum += e;
+        }
+        const float inv = 1.0f / sum;
+        // out[b, i, h, :]
+        const int64_t ooff = ((b * T + i) * Hq + h) * D;
+        float* o = out_f32 ? out->ptr<float>() + ooff : obuf.data();
+        for (int64_t e = 0; e < D; ++e) o[e] = 0;
+        const float* vr = vbase + (lo - lo_all) * D;
+        for (int64_t j = 0; j < n; ++j) axpy_f32(s[j] * inv, vr + j * D, o, D);
+        if (!out_f32) store_chunk<float>(out->dtype, out->data, ooff, D, o);
+      }
+    }
+  };
+  // Work ~ attended keys x D per row; parallel when there is enough of it.
+  const int64_t work = B * Hq * T * (pos + T) * D;
+  if (tasks > 1 && work >= 32768) parallel_for(tasks, 1, body);
+  else body(0, tasks);
+  return Error::ok();
+}
+
+}  // namespace
+
+void register_attention_kernels(KernelRegistry& r) {
+  r.add("aten::scaled_dot_product_attention.default", KernelDef{sdpa_k, 8, 1, false});
+  r.add("ember::attend_cache.default", KernelDef{attend_cache_k, 7, 1, false});
+  r.add("ember::attend_cache", KernelDef{attend_cache_k, 7, 1, false});
+}
+
+}  // namespace ember

