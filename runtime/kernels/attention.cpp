@@ -131,6 +131,76 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
   return Error::ok();
 }
 
+// Decode (T == 1, fp32): the attended keys are split into chunks across threads (flash-decoding);
+// a task handles one (batch, kv head, chunk) for all query heads sharing that kv head, so each
+// K/V row is read once per step, and the chunks' partial softmax results are merged exactly.
+void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int64_t pos, float sc, int64_t window,
+                       float cap, Tensor& out) {
+  const int64_t B = q.sizes[0], Hq = q.sizes[1], D = q.sizes[3];
+  const int64_t Hkv = kc.sizes[1], S = kc.sizes[2], group = Hq / Hkv;
+  const int64_t hi = pos + 1, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, n = hi - lo;
+  const int64_t want = std::max<int64_t>(1, (4 * get_num_threads() + B * Hkv - 1) / (B * Hkv));
+  const int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(want, (n + 31) / 32));
+  const int64_t chunk = (n + nchunks - 1) / nchunks;
+  const int64_t tasks = B * Hkv * nchunks, slot = D + 2;  // slot: running max, sum, output[D]
+  std::vector<float> part(static_cast<size_t>(tasks * group * slot));
+  const float* qp = q.ptr<float>();
+  auto body = [&](int64_t t0, int64_t t1) {
+    std::vector<float> scores(static_cast<size_t>(chunk));
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t c = task % nchunks, hk = (task / nchunks) % Hkv, b = task / (nchunks * Hkv);
+      const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk), nk = k1 - k0;
+      const int64_t base = ((b * Hkv + hk) * S + k0) * D;
+      for (int64_t g = 0; g < group; ++g) {
+        float* sl = part.data() + (task * group + g) * slot;
+        sl[0] = -std::numeric_limits<float>::infinity();
+        sl[1] = 0;
+        if (nk <= 0) continue;
+        const float* qr = qp + (b * Hq + hk * group + g) * D;
+        float* s = scores.data();
+        gemv_rows_f32(qr, kc.ptr<float>() + base, D, D, 0, nk, s);
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < nk; ++j) {
+          float x = s[j] * sc;
+          if (cap > 0) x = cap * std::tanh(x / cap);
+          s[j] = x;
+          mx = std::max(mx, x);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < nk; ++j) {
+          s[j] = exp_approx(s[j] - mx);
+          sum += s[j];
+        }
+        sl[0] = mx;
+        sl[1] = sum;
+        std::fill(sl + 2, sl + slot, 0.0f);
+        weighted_rows_sum_f32(s, vc.ptr<float>() + base, D, nk, D, sl + 2);
+      }
+    }
+  };
+  parallel_for(tasks, 1, body);
+  float* op = out.ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group, g = h % group;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < nchunks; ++c) mx = std::max(mx, part[(((b * Hkv + hk) * nchunks + c) * group + g) * slot]);
+      float* o = op + (b * Hq + h) * D;  // out [B, 1, Hq, D]
+      std::fill(o, o + D, 0.0f);
+      float total = 0;
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const float* sl = part.data() + (((b * Hkv + hk) * nchunks + c) * group + g) * slot;
+        if (sl[1] == 0) continue;
+        const float w = exp_approx(sl[0] - mx);
+        total += w * sl[1];
+        for (int64_t e = 0; e < D; ++e) o[e] += w * sl[2 + e];
+      }
+      const float inv = 1.0f / total;
+      for (int64_t e = 0; e < D; ++e) o[e] *= inv;
+    }
+  }
+}
+
 // ember::attend_cache(q [B,Hq,T,D], k_cache [B,Hkv,S,D], v_cache, input_pos int64[1], scale,
 // sliding_window, softcap) -> [B, T, Hq, D]. Reads only keys [lo, pos + T): cost follows the
 // number of attended keys, never the cache size S.
@@ -169,6 +239,10 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
                   pos, pos + T, S);
   const int64_t osz[4] = {B, T, Hq, D};
   EMBER_TRY(out->resize(osz, 4));
+  if (T == 1 && q->dtype == DType::kFloat32 && kc->dtype == DType::kFloat32 && out->dtype == DType::kFloat32) {
+    attend_decode_f32(*q, *kc, *vc, pos, static_cast<float>(scale), window, static_cast<float>(softcap), *out);
+    return Error::ok();
+  }
   const int64_t group = Hq / Hkv;
   const float sc = static_cast<float>(scale);
   const float cap = static_cast<float>(softcap);

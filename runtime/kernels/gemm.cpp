@@ -341,6 +341,31 @@ EMBER_AVX512 void axpy_avx512(float s, const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
   }
 }
+EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D,
+                                           float* out) {
+  if (D > 128) {
+    for (int64_t j = 0; j < n; ++j) axpy_avx512(p[j], V + j * ldv, out, D);
+    return;
+  }
+  // Up to 8 accumulators of 16 lanes hold out[0..D); the last one is masked.
+  const int nv = static_cast<int>((D + 15) / 16);
+  const __mmask16 tail = static_cast<__mmask16>(D % 16 == 0 ? 0xFFFF : (1u << (D % 16)) - 1);
+  __m512 acc[8];
+  for (int v = 0; v < nv; ++v) {
+    acc[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF), out + 16 * v);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 pj = _mm512_set1_ps(p[j]);
+    const float* row = V + j * ldv;
+    for (int v = 0; v < nv; ++v) {
+      const __mmask16 m = v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF);
+      acc[v] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m, row + 16 * v), acc[v]);
+    }
+  }
+  for (int v = 0; v < nv; ++v) {
+    _mm512_mask_storeu_ps(out + 16 * v, v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF), acc[v]);
+  }
+}
 #endif  // EMBER_X86
 
 using GemvRowsFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*, const float*);
@@ -423,6 +448,20 @@ void axpy_f32(float s, const float* x, float* y, int64_t n) {
   }
 #endif
   axpy_portable(s, x, y, n);
+}
+
+void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y) {
+  gemv_rows_fn()(x, W, ldw, K, n0, n1, y, nullptr);
+}
+
+void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out) {
+#if EMBER_X86
+  if (cpu_isa() == Isa::kAvx512) {
+    weighted_rows_sum_avx512(p, V, ldv, n, D, out);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < n; ++j) axpy_f32(p[j], V + j * ldv, out, D);
 }
 
 void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias) {

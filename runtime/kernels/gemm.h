@@ -27,6 +27,14 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
 // y[N] = W[N, K] · x[K] (+ bias) for fp32 W: split over threads, weight streamed once.
 void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias);
 
+// Single-threaded (for use inside a parallel task): y[n] = W[n, :] · x for n in [n0, n1); fp32 W
+// rows of K values with row stride ldw.
+void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y);
+
+// Single-threaded: out[0..D) += sum_j p[j] * V[j * ldv + 0..D) for j in [0, n) (attention's P·V
+// for one query row; `out` stays in registers for D <= 128).
+void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out);
+
 // Dot product of n fp32 values (vectorized for the current ISA).
 float dot_f32(const float* a, const float* b, int64_t n);
 // y[0..n) += s * x[0..n)

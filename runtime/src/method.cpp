@@ -1,9 +1,13 @@
 // Method loading (value table, instruction table, delegates, arena) and the interpreter loop.
 #include "ember/runtime/method.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "ember/runtime/program.h"
 #include "program_generated.h"
@@ -41,6 +45,7 @@ uint32_t vsize(const Vec* v) {
 Method::Method() = default;
 
 Method::~Method() {
+  if (profile_) print_profile();
   for (auto& d : delegates_) {
     if (d.backend != nullptr && d.handle != nullptr) d.backend->destroy(d.handle);
   }
@@ -386,6 +391,10 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
     instrs_.push_back(in);
   }
   for (auto& in : instrs_) in.args = arg_storage_.data() + in.arg_offset;
+  const char* prof = std::getenv("EMBER_PROFILE");
+  profile_ = prof != nullptr && prof[0] != '\0' && prof[0] != '0';
+  profile_seconds_.assign(instrs_.size(), 0.0);
+  profile_calls_.assign(instrs_.size(), 0);
   return Error::ok();
 }
 
@@ -428,6 +437,7 @@ Error Method::execute() {
     const Instr& in = instrs_[k];
     ctx.instruction = static_cast<int>(k);
     const KernelArgs args{in.args, in.nargs};
+    const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Error e;
     switch (in.kind) {
       case Instr::Kind::kKernel:
@@ -453,8 +463,39 @@ Error Method::execute() {
         break;
       }
     }
+    if (profile_) {
+      profile_seconds_[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++profile_calls_[k];
+    }
   }
   return Error::ok();
+}
+
+void Method::print_profile() const {
+  std::map<std::string, std::pair<double, uint64_t>> by_name;
+  double total = 0;
+  const bool per_instruction = std::getenv("EMBER_PROFILE")[0] == '2';
+  for (size_t k = 0; k < instrs_.size(); ++k) {
+    std::string key = instruction_info(k).name;
+    if (per_instruction) {
+      // One row per instruction, labelled with the shape of its first output tensor.
+      const Instr& in = instrs_[k];
+      char shape[96] = "";
+      if (in.nargs > 0 && in.args[in.nargs - 1]->is_tensor()) in.args[in.nargs - 1]->tensor.describe(shape, sizeof shape);
+      key = "#" + std::to_string(k) + " " + key + " -> " + shape;
+    }
+    auto& e = by_name[key];
+    e.first += profile_seconds_[k];
+    e.second += profile_calls_[k];
+    total += profile_seconds_[k];
+  }
+  std::vector<std::pair<std::string, std::pair<double, uint64_t>>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::fprintf(stderr, "ember profile of method '%s': %.3f s in %zu instructions\n", name_.c_str(), total, instrs_.size());
+  for (const auto& r : rows) {
+    std::fprintf(stderr, "  %8.3f s %5.1f%% %8llu calls  %s\n", r.second.first, total > 0 ? 100 * r.second.first / total : 0.0,
+                 static_cast<unsigned long long>(r.second.second), r.first.c_str());
+  }
 }
 
 size_t Method::num_instructions() const { return instrs_.size(); }

@@ -74,6 +74,11 @@ class Method {
   std::vector<DelegateInstance> delegates_;
   uint8_t* arena_ = nullptr;
   size_t arena_size_ = 0;
+  // EMBER_PROFILE=1: seconds and calls per instruction, printed to stderr when the method is destroyed.
+  bool profile_ = false;
+  std::vector<double> profile_seconds_;
+  std::vector<uint64_t> profile_calls_;
+  void print_profile() const;
 };
 
 }  // namespace ember
