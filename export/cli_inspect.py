@@ -31,7 +31,7 @@ def describe(path: str) -> dict[str, Any]:
         "format_version": f"{major}.{minor}",
         "metadata": metadata,
         "state": [{"name": (s.name.decode() if isinstance(s.name, bytes) else s.name),
-                   "sizes": list(s.sizes if s.sizes is not None else [])} for s in _seq(prog.root.state)],
+                   "sizes": [int(x) for x in _seq(s.sizes)]} for s in _seq(prog.root.state)],
         "segments": {"count": len(seg_sizes), "total": sum(seg_sizes), "largest": max(seg_sizes, default=0)},
         "methods": {name: prog.method_stats(name) for name in prog.methods},
     }

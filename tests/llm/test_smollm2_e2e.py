@@ -30,8 +30,8 @@ CAPITAL_OF_FRANCE = [{"role": "user", "content": "What is the capital of France?
 
 
 def ember_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, cwd=str(ROOT),
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "ember", *args], check=False, capture_output=True, text=True,
+                          cwd=str(ROOT), timeout=timeout)
 
 
 def pride_and_prejudice_excerpt() -> str:
@@ -99,7 +99,7 @@ def test_cli_export_writes_the_file_and_reports_its_size(export_run) -> None:
     match = re.search(rf"wrote {re.escape(str(out))}: ([\d.]+) MiB in [\d.]+ s", result.stdout)
     assert match, result.stdout[-2000:]
     assert float(match.group(1)) == pytest.approx(size / 2**20, abs=0.05)
-    assert "method forward:" in result.stdout and "ember::attend_cache" in result.stdout
+    assert "ember program: 1 method(s)" in result.stdout and "method forward:" in result.stdout
 
 
 # --- 2. greedy tokens identical to transformers ------------------------------------------------
@@ -127,7 +127,7 @@ def test_greedy_64_tokens_match_transformers(llm, hf, name) -> None:
     assert len(got) == NEW_TOKENS or llm.stats.stop_reason == "eos"
     if name == "factual":  # the text API gives the same continuation (the prompt prefix is reused)
         text = llm.generate(prompt, max_new_tokens=NEW_TOKENS, temperature=0)
-        assert llm.stats.reused_tokens == len(ids)
+        assert llm.stats.reused_tokens == len(ids) - 1  # the last prompt token is re-run for its logits
         assert text == tok.decode(expected, skip_special_tokens=True)
 
 
@@ -180,7 +180,7 @@ def test_cli_inspect(smol) -> None:
                  "llm.n_layers = 30", "export.source = SmolLM2-135M-Instruct.Q4_1.gguf", "tokenizer.kind = hf_json",
                  "method forward:", f"inputs:  int64[1, <={MAX_SEQ_LEN}], int64[1]", "outputs: float32[1, 49152]"):
         assert line in out, line
-    assert re.search(r"^\s+30\s+ember::attend_cache", out, re.M), out[-2000:]
+    assert re.search(r"^\s+30\s+ember::attend_cache", out, re.MULTILINE), out[-2000:]
 
     result = ember_cli("inspect", str(smol), "--json")
     assert result.returncode == 0, result.stderr
@@ -189,8 +189,6 @@ def test_cli_inspect(smol) -> None:
     assert {s["name"] for s in info["state"]} == {f"{kv}_cache_{i}" for kv in "kv" for i in range(30)}
 
 
-@pytest.mark.xfail(strict=True, reason="ember inspect: state sizes are numpy ints (printed 'np.int64(1)', "
-                                       "JSON strings '1'); export/cli_inspect.py describe() lists them unconverted")
 def test_cli_inspect_state_sizes_are_ints(smol) -> None:
     text = ember_cli("inspect", str(smol)).stdout
     assert f"k_cache_0: [1, 3, {MAX_CONTEXT_LEN}, 64]" in text
