@@ -271,8 +271,12 @@ EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, 
     const float* w = W + n * ldw;
     __m512 a[8];
     for (int j = 0; j < 8; ++j) a[j] = _mm512_setzero_ps();
+    // Software prefetch of the same lines of the next 8-row block: the hardware prefetchers stop
+    // at page boundaries, and decode streams every weight from DRAM once per token.
+    const float* next = w + 8 * ldw;
     for (int64_t k = 0; k < K16; k += 16) {
       const __m512 xv = _mm512_loadu_ps(x + k);
+      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldw + k), _MM_HINT_T0);
       for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + j * ldw + k), xv, a[j]);
     }
     if (tail) {
