@@ -5,6 +5,7 @@
 //   ember_run_file FILE [FILE...]     (one line per file)
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ember/runtime/method.h"
@@ -54,7 +55,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     ember::Error e = run_file(argv[i]);
     if (e) {
-      std::printf("error: [%s] %s\n", ember::error_code_name(e.code()), e.message().c_str());
+      // One line per file: names read from a corrupted file may hold any byte.
+      std::string msg = e.message();
+      for (char& c : msg) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+      }
+      std::printf("error: [%s] %s\n", ember::error_code_name(e.code()), msg.c_str());
       rc = 1;
     } else {
       std::printf("ok\n");

@@ -159,17 +159,12 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
         const float* qr = qp + (b * Hq + hk * group + g) * D;
         float* s = scores.data();
         gemv_rows_f32(qr, kc.ptr<float>() + base, D, D, 0, nk, s);
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < nk; ++j) {
-          float x = s[j] * sc;
-          if (cap > 0) x = cap * std::tanh(x / cap);
-          s[j] = x;
-          mx = std::max(mx, x);
-        }
-        float sum = 0;
-        for (int64_t j = 0; j < nk; ++j) {
-          s[j] = exp_approx(s[j] - mx);
-          sum += s[j];
+        float mx = 0, sum = 0;
+        if (cap > 0) {
+          for (int64_t j = 0; j < nk; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
+          sum = scaled_softmax_f32(s, nk, 1.0f, &mx);
+        } else {
+          sum = scaled_softmax_f32(s, nk, sc, &mx);
         }
         sl[0] = mx;
         sl[1] = sum;

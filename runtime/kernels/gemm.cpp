@@ -9,11 +9,14 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <vector>
 
 #include "ember/runtime/thread_pool.h"
+#include "kernel_utils.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12 flags _mm512_undefined_* inside its own intrinsic headers as uninitialized.
@@ -345,6 +348,93 @@ EMBER_AVX512 void axpy_avx512(float s, const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
   }
 }
+// out = [sum(v[0]), ..., sum(v[15])]: a transpose-and-add tree instead of 16 horizontal sums.
+EMBER_AVX512 inline __m512 reduce16_avx512(const __m512* v) {
+  __m512 w[8], x[4];
+  for (int i = 0; i < 8; ++i) {
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[i], w[i + 4], 0x88), _mm512_shuffle_f32x4(w[i], w[i + 4], 0xDD));
+  }
+  const __m512 y0 = _mm512_add_ps(_mm512_unpacklo_ps(x[0], x[1]), _mm512_unpackhi_ps(x[0], x[1]));
+  const __m512 y1 = _mm512_add_ps(_mm512_unpacklo_ps(x[2], x[3]), _mm512_unpackhi_ps(x[2], x[3]));
+  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y0, y1, 0x44), _mm512_shuffle_ps(y0, y1, 0xEE));
+  return _mm512_shuffle_f32x4(z, z, 0xD8);  // blocks hold v[0-3], v[8-11], v[4-7], v[12-15]: reorder
+}
+
+// y[n0..n1) = W rows · x for short rows (attention scores): 16 rows per step, one reduction tree.
+EMBER_AVX512 void gemv_short_rows_avx512(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
+                                         float* y) {
+  const int64_t K16 = K & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (K - K16)) - 1);
+  int64_t n = n0;
+  for (; n + 16 <= n1; n += 16) {
+    const float* w = W + n * ldw;
+    __m512 a[16];
+    for (int j = 0; j < 16; ++j) a[j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K16; k += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + k);
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + j * ldw + k), xv, a[j]);
+    }
+    if (tail) {
+      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + K16);
+      for (int j = 0; j < 16; ++j) a[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + j * ldw + K16), xv, a[j]);
+    }
+    _mm512_storeu_ps(y + n, reduce16_avx512(a));
+  }
+  for (; n < n1; ++n) y[n] = dot_avx512(x, W + n * ldw, K);
+}
+
+// exp(x) for 16 lanes, the same polynomial as kern::exp_approx (0 below -87.3).
+EMBER_AVX512 inline __m512 exp_avx512(__m512 x) {
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc));
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 yv = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512 e = _mm512_scalef_ps(yv, n);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ), e);
+}
+
+// s[j] = exp(s[j] * scale - max_j(s * scale)); returns the sum, *max_out the max.
+EMBER_AVX512 float scaled_softmax_avx512(float* s, int64_t n, float scale, float* max_out) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 mv = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + j), sc);
+    _mm512_storeu_ps(s + j, v);
+    mv = _mm512_max_ps(mv, v);
+  }
+  float mx = _mm512_reduce_max_ps(mv);
+  for (; j < n; ++j) {
+    s[j] *= scale;
+    mx = std::max(mx, s[j]);
+  }
+  const __m512 mxv = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), mxv));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  float total = _mm512_reduce_add_ps(sum);
+  for (; j < n; ++j) {
+    s[j] = exp_approx(s[j] - mx);
+    total += s[j];
+  }
+  *max_out = mx;
+  return total;
+}
+
 EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D,
                                            float* out) {
   if (D > 128) {
@@ -455,7 +545,31 @@ void axpy_f32(float s, const float* x, float* y, int64_t n) {
 }
 
 void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y) {
+#if EMBER_X86
+  if (cpu_isa() == Isa::kAvx512 && K <= 256) {
+    gemv_short_rows_avx512(x, W, ldw, K, n0, n1, y);
+    return;
+  }
+#endif
   gemv_rows_fn()(x, W, ldw, K, n0, n1, y, nullptr);
+}
+
+float scaled_softmax_f32(float* s, int64_t n, float scale, float* max_out) {
+#if EMBER_X86
+  if (cpu_isa() == Isa::kAvx512) return scaled_softmax_avx512(s, n, scale, max_out);
+#endif
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] *= scale;
+    mx = std::max(mx, s[j]);
+  }
+  float total = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = exp_approx(s[j] - mx);
+    total += s[j];
+  }
+  *max_out = mx;
+  return total;
 }
 
 void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out) {

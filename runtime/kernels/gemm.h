@@ -31,6 +31,10 @@ void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t l
 // rows of K values with row stride ldw.
 void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y);
 
+// Single-threaded: s[j] = exp(s[j] * scale - m) with m = max_j(s[j] * scale); returns the sum of
+// the exponentials and stores m in *max_out (the pieces of a softmax that can be merged).
+float scaled_softmax_f32(float* s, int64_t n, float scale, float* max_out);
+
 // Single-threaded: out[0..D) += sum_j p[j] * V[j * ldv + 0..D) for j in [0, n) (attention's P·V
 // for one query row; `out` stays in registers for D <= 128).
 void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out);

@@ -396,3 +396,19 @@ def test_threads_give_same_results():
         ember.runtime.set_num_threads(before)
     assert (one == two).all()
     assert_close(one, lin(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("D,window,softcap", [(64, 0, 0.0), (40, 0, 0.0), (64, 50, 0.0), (64, 0, 20.0)])
+def test_attend_cache_decode_long_context(D, window, softcap):
+    """T == 1 over long caches: the split-K decode path (chunks merged exactly), GQA 9/3, row tails."""
+    import ember.llm.ops  # noqa: F401
+
+    B, Hq, Hkv, S = 1, 9, 3, 300
+
+    class M(torch.nn.Module):
+        def forward(self, q, kc, vc, pos):
+            return torch.ops.ember.attend_cache(q, kc, vc, pos, 1 / math.sqrt(D), window, softcap)
+
+    kc, vc = rand(B, Hkv, S, D), rand(B, Hkv, S, D)
+    more = [(rand(B, Hq, 1, D), kc, vc, torch.tensor([p])) for p in (0, 17, 100, 299)]
+    check(None, rand(B, Hq, 1, D), kc, vc, torch.tensor([5]), module=M(), more=more, rtol=1e-4, atol=1e-5)
