@@ -15,40 +15,16 @@
 
 #include "ember/runners/sampler.h"
 #include "ember/runners/text_runner.h"
+#include "py_support.h"
 
 namespace py = pybind11;
 using namespace ember;
 using namespace ember::runners;
+using py_support::check;
+using py_support::raise;
+using py_support::unwrap;
 
 namespace {
-
-[[noreturn]] void raise(const Error& e) {
-  py::object cls = py::module_::import("ember.runtime.errors").attr("error_class")(error_code_name(e.code()));
-  PyErr_SetString(cls.ptr(), e.message().c_str());
-  throw py::error_already_set();
-}
-
-void check(const Error& e) {
-  if (e) raise(e);
-}
-
-template <typename T>
-T unwrap(Result<T>&& r) {
-  if (!r.ok()) raise(r.error());
-  return std::move(r).value();
-}
-
-py::object meta_to_py(const MetaEntry& m) {
-  switch (m.kind) {
-    case MetaKind::kInt: return py::int_(m.i);
-    case MetaKind::kDouble: return py::float_(m.d);
-    case MetaKind::kBool: return py::bool_(m.b);
-    case MetaKind::kString: return py::str(m.bytes.data(), m.bytes.size());
-    case MetaKind::kIntList: return py::cast(m.ints);
-    case MetaKind::kBytes: return py::bytes(m.bytes.data(), m.bytes.size());
-  }
-  return py::none();
-}
 
 using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
@@ -248,13 +224,7 @@ PYBIND11_MODULE(_runner, m) {
       .def(py::init<const std::string&, int>(), py::arg("path"), py::arg("threads") = 0,
            "Loads an LLM .ember file (mmap). threads > 0 sets the kernel thread count (process-wide).")
       .def_property_readonly("metadata",
-                             [](PyRunner& r) {
-                               py::dict d;
-                               for (const auto& e : r.runner().decoder().program().metadata()) {
-                                 d[py::str(e.key.data(), e.key.size())] = meta_to_py(e);
-                               }
-                               return d;
-                             })
+                             [](PyRunner& r) { return py_support::metadata_dict(r.runner().decoder().program()); })
       .def_property_readonly("vocab_size", [](PyRunner& r) { return r.runner().info().vocab_size; })
       .def_property_readonly("max_seq_len", [](PyRunner& r) { return r.runner().info().max_seq_len; })
       .def_property_readonly("max_context_len", [](PyRunner& r) { return r.runner().info().max_context_len; })

@@ -292,27 +292,21 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
         }
         const int64_t n = hi - lo;
         float* s = scores.data();
-        const float* kr = kbase + (lo - lo_all) * D;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          float x = dot_f32(qr, kr + j * D, D) * sc;
-          if (cap > 0) x = cap * std::tanh(x / cap);
-          s[j] = x;
-          mx = std::max(mx, x);
+        gemv_rows_f32(qr, kbase + (lo - lo_all) * D, D, D, 0, n, s);
+        float mx = 0, sum = 0;
+        if (cap > 0) {
+          for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
+          sum = scaled_softmax_f32(s, n, 1.0f, &mx);
+        } else {
+          sum = scaled_softmax_f32(s, n, sc, &mx);
         }
-        float sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = exp_approx(s[j] - mx);
-          s[j] = e;
-          sum += e;
-        }
-        const float inv = 1.0f / sum;
         // out[b, i, h, :]
         const int64_t ooff = ((b * T + i) * Hq + h) * D;
         float* o = out_f32 ? out->ptr<float>() + ooff : obuf.data();
-        for (int64_t e = 0; e < D; ++e) o[e] = 0;
-        const float* vr = vbase + (lo - lo_all) * D;
-        for (int64_t j = 0; j < n; ++j) axpy_f32(s[j] * inv, vr + j * D, o, D);
+        std::fill(o, o + D, 0.0f);
+        weighted_rows_sum_f32(s, vbase + (lo - lo_all) * D, D, n, D, o);
+        const float inv = 1.0f / sum;
+        for (int64_t e = 0; e < D; ++e) o[e] *= inv;
         if (!out_f32) store_chunk<float>(out->dtype, out->data, ooff, D, o);
       }
     }

@@ -605,6 +605,36 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
     return;
   }
   const UkernelFn uk = ukernel_fn();
+  if (b_nk && bdt == DType::kFloat32) {
+    // Linear layers (prefill): compute Cᵀ = W · Aᵀ so the weights are read in place, once, with
+    // no packing; only the small activation matrix is packed (transposed into 32-wide panels).
+    const float* W = static_cast<const float*>(B);
+    const int64_t mpanels = (M + kNR - 1) / kNR;
+    std::vector<float> Ap(static_cast<size_t>(mpanels * K * kNR));
+    for (int64_t p = 0; p < mpanels; ++p) {
+      pack_b(A, DType::kFloat32, lda, true, p * kNR, static_cast<int>(std::min<int64_t>(kNR, M - p * kNR)), 0, K,
+             Ap.data() + p * K * kNR);
+    }
+    const int64_t nblocks = (N + kMR - 1) / kMR;
+    auto run_t = [&](int64_t b0, int64_t b1) {
+      float tile[kMR * kNR];
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t n0 = blk * kMR;
+        const int mr = static_cast<int>(std::min<int64_t>(kMR, N - n0));
+        for (int64_t p = 0; p < mpanels; ++p) {
+          const int nr = static_cast<int>(std::min<int64_t>(kNR, M - p * kNR));
+          uk(mr, K, W + n0 * ldb, ldb, Ap.data() + p * K * kNR, tile, kNR, nr, true, nullptr);
+          for (int j = 0; j < nr; ++j) {
+            float* crow = C + (p * kNR + j) * ldc + n0;
+            for (int i = 0; i < mr; ++i) crow[i] = tile[i * kNR + j] + (bias ? bias[n0 + i] : 0.0f);
+          }
+        }
+      }
+    };
+    if (M * N * K < (1 << 18)) run_t(0, nblocks);
+    else parallel_for(nblocks, 1, run_t);
+    return;
+  }
   const int64_t panels = (N + kNR - 1) / kNR;
   const int64_t kc_max = std::min(K, kKC);
   // One task = a range of panels x a range of row blocks.

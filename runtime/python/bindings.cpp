@@ -13,24 +13,15 @@
 #include "ember/runtime/method.h"
 #include "ember/runtime/program.h"
 #include "ember/runtime/thread_pool.h"
+#include "py_support.h"
 
 namespace py = pybind11;
 using namespace ember;
+using py_support::raise;
+using py_support::unwrap;
 
 namespace {
 
-
-[[noreturn]] void raise(const Error& e) {
-  py::object cls = py::module_::import("ember.runtime.errors").attr("error_class")(error_code_name(e.code()));
-  PyErr_SetString(cls.ptr(), e.message().c_str());
-  throw py::error_already_set();
-}
-
-template <typename T>
-T unwrap(Result<T>&& r) {
-  if (!r.ok()) raise(r.error());
-  return std::move(r).value();
-}
 
 // numpy dtype <-> ember dtype. bfloat16 travels as uint16 bits with an explicit flag.
 Result<DType> dtype_from_numpy(const py::dtype& dt, bool bf16) {
@@ -62,18 +53,6 @@ const char* numpy_format(DType t) {
   return "uint8";
 }
 
-py::object meta_to_py(const MetaEntry& m) {
-  switch (m.kind) {
-    case MetaKind::kInt: return py::int_(m.i);
-    case MetaKind::kDouble: return py::float_(m.d);
-    case MetaKind::kBool: return py::bool_(m.b);
-    case MetaKind::kString: return py::str(m.bytes.data(), m.bytes.size());
-    case MetaKind::kIntList: return py::cast(m.ints);
-    case MetaKind::kBytes: return py::bytes(m.bytes.data(), m.bytes.size());
-  }
-  return py::none();
-}
-
 // A loaded program plus lazily created methods (one per name, guarded by a mutex each).
 class PyProgram {
  public:
@@ -81,11 +60,7 @@ class PyProgram {
 
   std::vector<std::string> methods() const { return program_->method_names(); }
 
-  py::dict metadata() const {
-    py::dict d;
-    for (const auto& m : program_->metadata()) d[py::str(m.key.data(), m.key.size())] = meta_to_py(m);
-    return d;
-  }
+  py::dict metadata() const { return py_support::metadata_dict(*program_); }
 
   struct Slot {
     std::unique_ptr<Method> method;
