@@ -139,20 +139,26 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
   const int64_t B = q.sizes[0], Hq = q.sizes[1], D = q.sizes[3];
   const int64_t Hkv = kc.sizes[1], S = kc.sizes[2], group = Hq / Hkv;
   const int64_t hi = pos + 1, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, n = hi - lo;
-  const int64_t want = std::max<int64_t>(1, (4 * get_num_threads() + B * Hkv - 1) / (B * Hkv));
+  // Very short contexts run on the calling thread: waking the pool costs more than the work.
+  // (Beyond that, the cache rows come from DRAM: the weight stream evicts them every token.)
+  const bool parallel = B * Hq * n * D >= (1 << 14);
+  const int64_t want = parallel ? std::max<int64_t>(1, (4 * get_num_threads() + B * Hkv - 1) / (B * Hkv)) : 1;
   const int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(want, (n + 31) / 32));
   const int64_t chunk = (n + nchunks - 1) / nchunks;
   const int64_t tasks = B * Hkv * nchunks, slot = D + 2;  // slot: running max, sum, output[D]
-  std::vector<float> part(static_cast<size_t>(tasks * group * slot));
+  thread_local std::vector<float> part_storage;  // reused across calls: no allocation per step
+  part_storage.resize(static_cast<size_t>(tasks * group * slot));
+  float* const part = part_storage.data();  // a plain pointer: worker threads see the caller's buffer
   const float* qp = q.ptr<float>();
   auto body = [&](int64_t t0, int64_t t1) {
-    std::vector<float> scores(static_cast<size_t>(chunk));
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(chunk));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t c = task % nchunks, hk = (task / nchunks) % Hkv, b = task / (nchunks * Hkv);
       const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk), nk = k1 - k0;
       const int64_t base = ((b * Hkv + hk) * S + k0) * D;
       for (int64_t g = 0; g < group; ++g) {
-        float* sl = part.data() + (task * group + g) * slot;
+        float* sl = part + (task * group + g) * slot;
         sl[0] = -std::numeric_limits<float>::infinity();
         sl[1] = 0;
         if (nk <= 0) continue;
@@ -173,7 +179,8 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
       }
     }
   };
-  parallel_for(tasks, 1, body);
+  if (parallel) parallel_for(tasks, 1, body);
+  else body(0, tasks);
   float* op = out.ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < Hq; ++h) {
@@ -184,7 +191,7 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
       std::fill(o, o + D, 0.0f);
       float total = 0;
       for (int64_t c = 0; c < nchunks; ++c) {
-        const float* sl = part.data() + (((b * Hkv + hk) * nchunks + c) * group + g) * slot;
+        const float* sl = part + (((b * Hkv + hk) * nchunks + c) * group + g) * slot;
         if (sl[1] == 0) continue;
         const float w = exp_approx(sl[0] - mx);
         total += w * sl[1];
