@@ -213,6 +213,13 @@ def test_linear_sizes(m):
     check(None, rand(m, 70), module=Fn(lin), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("m,k,n", [(45, 70, 29), (128, 576, 200), (33, 1536, 13)])
+def test_linear_prefill_shapes(m, k, n):
+    """The weights-in-place GEMM: row blocks of 12, panels of 32 with tails, long K."""
+    lin = torch.nn.Linear(k, n)
+    check(None, rand(m, k), module=Fn(lin), rtol=1e-4, atol=1e-4)
+
+
 def test_linear_no_bias_3d_and_matmuls():
     lin = torch.nn.Linear(33, 129, bias=False)
 
