@@ -1,7 +1,8 @@
 """The `ember` command: composes the subcommands that each package registers.
 
 A subcommand module exposes `register(subparsers)`, which adds its parser and sets
-`func(args) -> int` as the default. Modules are listed here, imported only when the CLI runs.
+`func(args) -> int` as the default. Modules are listed here, imported only when the CLI runs;
+each keeps its heavy imports (torch for `export`) inside its `func`.
 """
 
 from __future__ import annotations
@@ -29,13 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(func=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # subcommand not part of this build
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

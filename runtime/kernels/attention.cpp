@@ -10,23 +10,6 @@ namespace {
 
 using namespace kern;
 
-struct F32View {
-  const float* p = nullptr;
-  std::vector<float> storage;
-};
-
-Error as_f32(const Tensor& t, F32View* v, const char* what) {
-  EMBER_TRY(check_floating(t, what));
-  if (t.dtype == DType::kFloat32) {
-    v->p = t.ptr<float>();
-    return Error::ok();
-  }
-  v->storage.resize(static_cast<size_t>(t.numel()));
-  convert_elements(t.dtype, t.data, DType::kFloat32, v->storage.data(), t.numel());
-  v->p = v->storage.data();
-  return Error::ok();
-}
-
 // Softmax over s[0..n) in place; returns false when every score is -inf.
 inline bool softmax_inplace(float* s, int64_t n) {
   float mx = -std::numeric_limits<float>::infinity();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "ember/runtime/dtype.h"
 #include "ember/runtime/error.h"
@@ -523,6 +524,24 @@ inline float exp_approx(float x) {
   float scale;
   std::memcpy(&scale, &bits, 4);
   return x < -87.3f ? 0.0f : y * scale;
+}
+
+// A float tensor viewed as fp32: the data itself, or a converted copy.
+struct F32View {
+  const float* p = nullptr;
+  std::vector<float> storage;
+};
+
+inline Error as_f32(const Tensor& t, F32View* v, const char* what) {
+  EMBER_TRY(check_floating(t, what));
+  if (t.dtype == DType::kFloat32) {
+    v->p = t.ptr<float>();
+    return Error::ok();
+  }
+  v->storage.resize(static_cast<size_t>(t.numel()));
+  convert_elements(t.dtype, t.data, DType::kFloat32, v->storage.data(), t.numel());
+  v->p = v->storage.data();
+  return Error::ok();
 }
 
 // Reduction helpers: splits shape around dim `d` into [outer, size, inner].

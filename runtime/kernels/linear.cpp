@@ -10,24 +10,6 @@ namespace {
 
 using namespace kern;
 
-// A float tensor viewed as fp32: the data itself, or a converted copy.
-struct F32View {
-  const float* p = nullptr;
-  std::vector<float> storage;
-};
-
-Error as_f32(const Tensor& t, F32View* v, const char* what) {
-  EMBER_TRY(check_floating(t, what));
-  if (t.dtype == DType::kFloat32) {
-    v->p = t.ptr<float>();
-    return Error::ok();
-  }
-  v->storage.resize(static_cast<size_t>(t.numel()));
-  convert_elements(t.dtype, t.data, DType::kFloat32, v->storage.data(), t.numel());
-  v->p = v->storage.data();
-  return Error::ok();
-}
-
 // Where fp32 results go: the output itself when it is fp32, else a temporary converted at
 // the end by finish().
 struct F32Out {

@@ -219,7 +219,8 @@ Error read_dims(KernelArgs a, int i, int64_t* dims, int* n) {
   return arg_int_list(a, i, dims, n, "dim");
 }
 
-Error sum_dim_k(KernelContext&, KernelArgs a) {  // (self, dim?, keepdim, dtype?)
+// (self, dim?, keepdim, dtype?) -> out: sum.dim_IntList and mean.dim share this signature.
+Error reduce_dims(KernelArgs a, RKind kind, const char* what) {
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
@@ -228,25 +229,16 @@ Error sum_dim_k(KernelContext&, KernelArgs a) {  // (self, dim?, keepdim, dtype?
   bool keep = false;
   EMBER_TRY(read_dims(a, 1, dims, &n));
   EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, RKind::kSum, "sum");
+  return reduce_generic(*self, dims, n, keep, *out, kind, what);
 }
+Error sum_dim_k(KernelContext&, KernelArgs a) { return reduce_dims(a, RKind::kSum, "sum"); }
 Error sum_k(KernelContext&, KernelArgs a) {  // (self, dtype?)
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   return reduce_generic(*self, nullptr, 0, false, *out, RKind::kSum, "sum");
 }
-Error mean_dim_k(KernelContext&, KernelArgs a) {
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  int64_t dims[kMaxDims];
-  int n = 0;
-  bool keep = false;
-  EMBER_TRY(read_dims(a, 1, dims, &n));
-  EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, RKind::kMean, "mean");
-}
+Error mean_dim_k(KernelContext&, KernelArgs a) { return reduce_dims(a, RKind::kMean, "mean"); }
 Error mean_k(KernelContext&, KernelArgs a) {
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
