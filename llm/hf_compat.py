@@ -23,6 +23,8 @@ Quirks relied on (re-check these when upgrading transformers):
 
 from __future__ import annotations
 
+from typing import Any
+
 
 import torch
 from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
@@ -169,3 +171,7 @@ def causal_lm_logits(
     return out.logits
 
 
+def tokenizer_special_flags(tokenizer: Any) -> tuple[bool | None, bool]:
+    """(add_bos_token, add_eos_token) of an HF tokenizer: only some tokenizer classes define them
+    (None / False when absent)."""
+    return getattr(tokenizer, "add_bos_token", None), bool(getattr(tokenizer, "add_eos_token", False))

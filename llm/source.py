@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from .hf_compat import tokenizer_special_flags
 from .tokenizer import TokenizerKind
 
 __all__ = ["LoadedSource", "load_source", "SourceError"]
@@ -112,13 +113,14 @@ def load_source(source: Any, dtype: str, tokenizer: Any = None) -> LoadedSource:
 def tokenizer_config_json(tokenizer: Any, bos_id: int | None, eos_ids: list[int], pad_id: int | None) -> str:
     """The ``tokenizer.config`` metadata: what ember's Tokenizer and chat templates need."""
     special_map = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, (str, list))}
+    add_bos, add_eos = tokenizer_special_flags(tokenizer)
     return json.dumps(
         {
             "bos_id": bos_id,
             "eos_ids": eos_ids,
             "pad_id": pad_id,
-            "add_bos_token": getattr(tokenizer, "add_bos_token", None),
-            "add_eos_token": bool(getattr(tokenizer, "add_eos_token", False)),
+            "add_bos_token": add_bos,
+            "add_eos_token": add_eos,
             "special_tokens_map": special_map,
             "all_special_ids": [int(i) for i in tokenizer.all_special_ids],
             "tokenizer_class": type(tokenizer).__name__,
