@@ -446,6 +446,17 @@ EMBER_AVX512 float scaled_softmax_avx512(float* s, int64_t n, float scale, float
   return total;
 }
 
+EMBER_AVX512 void silu_avx512(const float* x, float* y, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    _mm512_storeu_ps(y + i, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+  }
+  for (; i < n; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
+}
+
 EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D,
                                            float* out) {
   if (D > 128) {
@@ -510,15 +521,17 @@ inline float load_float(const void* p, DType dt, int64_t i) {
 // Packs B columns [n0, n0+nr) x rows [k0, k0+kc) into Bp[kc][kNR] (zero padded).
 void pack_b(const void* B, DType bdt, int64_t ldb, bool b_nk, int64_t n0, int nr, int64_t k0, int64_t kc, float* Bp) {
   if (nr < kNR) std::memset(Bp, 0, sizeof(float) * static_cast<size_t>(kc) * kNR);
-  if (b_nk) {
+  if (b_nk && bdt == DType::kFloat32) {
+    // k outer: contiguous writes, nr sequential read streams (cheaper than strided writes).
+    const float* src = static_cast<const float*>(B) + n0 * ldb + k0;
+    for (int64_t k = 0; k < kc; ++k) {
+      float* dst = Bp + k * kNR;
+      for (int j = 0; j < nr; ++j) dst[j] = src[j * ldb + k];
+    }
+  } else if (b_nk) {
     for (int j = 0; j < nr; ++j) {
       const int64_t row = (n0 + j) * ldb + k0;
-      if (bdt == DType::kFloat32) {
-        const float* src = static_cast<const float*>(B) + row;
-        for (int64_t k = 0; k < kc; ++k) Bp[k * kNR + j] = src[k];
-      } else {
-        for (int64_t k = 0; k < kc; ++k) Bp[k * kNR + j] = load_float(B, bdt, row + k);
-      }
+      for (int64_t k = 0; k < kc; ++k) Bp[k * kNR + j] = load_float(B, bdt, row + k);
     }
   } else {
     for (int64_t k = 0; k < kc; ++k) {
@@ -564,6 +577,20 @@ void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64
   }
 #endif
   gemv_rows_fn()(x, W, ldw, K, n0, n1, y, nullptr);
+}
+
+void silu_f32(const float* x, float* y, int64_t n) {
+  auto body = [&](int64_t b, int64_t e) {
+#if EMBER_X86
+    if (cpu_isa() == Isa::kAvx512) {
+      silu_avx512(x + b, y + b, e - b);
+      return;
+    }
+#endif
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
+  };
+  if (n >= (1 << 15)) parallel_for(n, 1 << 13, body);
+  else body(0, n);
 }
 
 float scaled_softmax_f32(float* s, int64_t n, float scale, float* max_out) {
@@ -623,10 +650,12 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
     const float* W = static_cast<const float*>(B);
     const int64_t mpanels = (M + kNR - 1) / kNR;
     std::vector<float> Ap(static_cast<size_t>(mpanels * K * kNR));
-    for (int64_t p = 0; p < mpanels; ++p) {
-      pack_b(A, DType::kFloat32, lda, true, p * kNR, static_cast<int>(std::min<int64_t>(kNR, M - p * kNR)), 0, K,
-             Ap.data() + p * K * kNR);
-    }
+    parallel_for(mpanels, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        pack_b(A, DType::kFloat32, lda, true, p * kNR, static_cast<int>(std::min<int64_t>(kNR, M - p * kNR)), 0, K,
+               Ap.data() + p * K * kNR);
+      }
+    });
     // The AVX-512 micro-kernel takes up to 12 rows (24 accumulators): fewer loads per FMA.
     const int64_t mr_max = cpu_isa() == Isa::kAvx512 ? kMRWide : kMR;
     const int64_t nblocks = (N + mr_max - 1) / mr_max;

@@ -39,6 +39,9 @@ float scaled_softmax_f32(float* s, int64_t n, float scale, float* max_out);
 // for one query row; `out` stays in registers for D <= 128).
 void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out);
 
+// y[i] = x[i] * sigmoid(x[i]) for contiguous fp32 (vectorized, parallel when large; y may be x).
+void silu_f32(const float* x, float* y, int64_t n);
+
 // Dot product of n fp32 values (vectorized for the current ISA).
 float dot_f32(const float* a, const float* b, int64_t n);
 // y[0..n) += s * x[0..n)

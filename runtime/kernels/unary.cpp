@@ -1,5 +1,6 @@
 // Elementwise unary math (neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, silu, gelu, relu,
 // trig, rounding, clamp, ...). Floating outputs compute in fp32, integer outputs in int64.
+#include "gemm.h"
 #include "kernel_utils.h"
 
 namespace ember {
@@ -41,7 +42,19 @@ EMBER_FLOAT_UNARY(sqrt, std::sqrt(x))
 EMBER_FLOAT_UNARY(rsqrt, 1.0f / std::sqrt(x))
 EMBER_FLOAT_UNARY(tanh, std::tanh(x))
 EMBER_FLOAT_UNARY(sigmoid, 1.0f / (1.0f + exp_approx(-x)))  // exp_approx: ~1 ulp, vectorizes
-EMBER_FLOAT_UNARY(silu, x / (1.0f + exp_approx(-x)))
+EMBER_FLOAT_UNARY(silu_generic, x / (1.0f + exp_approx(-x)))
+
+// silu is on every MLP of the LLM path: fp32 gets the vectorized kernel.
+Error silu_k(KernelContext& ctx, KernelArgs a) {
+  Tensor* self = nullptr;
+  Tensor* out = nullptr;
+  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  if (self->dtype != DType::kFloat32 || out->dtype != DType::kFloat32) return silu_generic_k(ctx, a);
+  EMBER_TRY(out->resize(self->sizes, self->dim));
+  silu_f32(self->ptr<float>(), out->ptr<float>(), self->numel());
+  return Error::ok();
+}
 EMBER_FLOAT_UNARY(cos, std::cos(x))
 EMBER_FLOAT_UNARY(sin, std::sin(x))
 EMBER_FLOAT_UNARY(tan, std::tan(x))

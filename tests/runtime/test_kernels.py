@@ -419,3 +419,8 @@ def test_attend_cache_decode_long_context(D, window, softcap):
     kc, vc = rand(B, Hkv, S, D), rand(B, Hkv, S, D)
     more = [(rand(B, Hq, 1, D), kc, vc, torch.tensor([p])) for p in (0, 17, 100, 299)]
     check(None, rand(B, Hq, 1, D), kc, vc, torch.tensor([5]), module=M(), more=more, rtol=1e-4, atol=1e-5)
+
+
+def test_silu_large_fp32_fast_path():
+    """Large fp32 silu: vectorized, split across threads, with a tail that is not a multiple of 16."""
+    check(torch.nn.functional.silu, rand(3, 20001) * 8, rtol=1e-5, atol=1e-6)
