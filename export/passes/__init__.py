@@ -45,5 +45,6 @@ def _load_builtin_passes() -> None:
         remove_noops,
         specialize_sym_sizes,
         constant_folding,
+        fuse_sibling_linears,
         dead_code,
     )
