@@ -57,14 +57,17 @@ def fuse_sibling_linears(g: LoweringGraph, ctx: PassContext) -> None:
             vals = [u.meta["val"] for u in users]
             with vals[0].fake_mode:  # shapes may be symbolic: compute the result's meta in fake mode
                 out.meta["val"] = torch.cat(vals, dim=-1)
-            start = 0
+            pieces, start = [], 0
             for u, (w, _) in zip(users, parts):
                 end = start + w.shape[0]
                 piece = g.graph.call_function(aten.slice.Tensor, (out, -1, start, end))
                 piece.meta["val"] = u.meta["val"]
-                u.replace_all_uses_with(piece)
-                g.graph.erase_node(u)
+                pieces.append(piece)
                 start = end
+        # Erase only after inserting: `first` is the insertion point above.
+        for u, piece in zip(users, pieces):
+            u.replace_all_uses_with(piece)
+            g.graph.erase_node(u)
         fused += 1
     if fused:
         g.notes.append(f"fused {fused} group(s) of sibling linears")
