@@ -1,5 +1,6 @@
 // Attention: aten::scaled_dot_product_attention and ember::attend_cache (causal attention of
 // T new queries over a static KV cache). fp32 math; rows run in parallel over the pool.
+#include <algorithm>
 #include <vector>
 
 #include "gemm.h"
@@ -12,16 +13,9 @@ using namespace kern;
 
 // Softmax over s[0..n) in place; returns false when every score is -inf.
 inline bool softmax_inplace(float* s, int64_t n) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-  if (mx == -std::numeric_limits<float>::infinity()) return false;
-  float sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const float e = exp_approx(s[j] - mx);
-    s[j] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
+  if (std::all_of(s, s + n, [](float x) { return x == -std::numeric_limits<float>::infinity(); })) return false;
+  float mx;
+  const float inv = 1.0f / scaled_softmax_f32(s, n, 1.0f, &mx);
   for (int64_t j = 0; j < n; ++j) s[j] *= inv;
   return true;
 }

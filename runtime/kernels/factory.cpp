@@ -61,14 +61,16 @@ Error full_k(KernelContext&, KernelArgs a) {  // full(size, fill_value, ...)
 }
 Error zeros_k(KernelContext&, KernelArgs a) { return fill_shape(a, 0, int_scalar(0)); }
 Error ones_k(KernelContext&, KernelArgs a) { return fill_shape(a, 0, int_scalar(1)); }
-Error empty_k(KernelContext&, KernelArgs a) {
+// empty / new_empty: only the shape (argument `size_arg`); the contents are unspecified.
+Error resize_only(KernelArgs a, int size_arg) {
   Tensor* out = nullptr;
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   int64_t sizes[kMaxDims];
   int n = 0;
-  EMBER_TRY(arg_int_list(a, 0, sizes, &n, "size"));
+  EMBER_TRY(arg_int_list(a, size_arg, sizes, &n, "size"));
   return out->resize(sizes, n);
 }
+Error empty_k(KernelContext&, KernelArgs a) { return resize_only(a, 0); }
 Error full_like_k(KernelContext&, KernelArgs a) {
   Scalar v;
   EMBER_TRY(arg_scalar(a, 1, &v, "fill_value"));
@@ -79,14 +81,7 @@ Error ones_like_k(KernelContext&, KernelArgs a) { return fill_like(a, int_scalar
 Error empty_like_k(KernelContext&, KernelArgs a) { return fill_like(a, int_scalar(0), false); }
 Error new_zeros_k(KernelContext&, KernelArgs a) { return fill_shape(a, 1, int_scalar(0)); }
 Error new_ones_k(KernelContext&, KernelArgs a) { return fill_shape(a, 1, int_scalar(1)); }
-Error new_empty_k(KernelContext&, KernelArgs a) {
-  Tensor* out = nullptr;
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  int64_t sizes[kMaxDims];
-  int n = 0;
-  EMBER_TRY(arg_int_list(a, 1, sizes, &n, "size"));
-  return out->resize(sizes, n);
-}
+Error new_empty_k(KernelContext&, KernelArgs a) { return resize_only(a, 1); }
 Error new_full_k(KernelContext&, KernelArgs a) {  // new_full(self, size, fill_value, ...)
   Scalar v;
   EMBER_TRY(arg_scalar(a, 2, &v, "fill_value"));

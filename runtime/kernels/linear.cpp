@@ -190,40 +190,29 @@ Error add_scaled(const Tensor& self, double beta, double alpha, Tensor& out, con
   return map_elements<float, float, 2>(out, ins, [fb, fa](float p, float s) { return fb * s + fa * p; });
 }
 
-Error addmm_k(KernelContext&, KernelArgs a) {  // addmm(self, mat1, mat2, beta, alpha)
+// addmm(self, mat1, mat2, beta, alpha) and baddbmm(self, batch1, batch2, beta, alpha):
+// out = beta * self + alpha * (m1 @ m2) for rank-2 or rank-3 (batched) operands.
+Error add_matmul(KernelArgs a, int rank, const char* what) {
   Tensor *self = nullptr, *m1 = nullptr, *m2 = nullptr, *out = nullptr;
   double beta = 1, alpha = 1;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, 1, &m1, "mat1"));
-  EMBER_TRY(arg_tensor(a, 2, &m2, "mat2"));
+  EMBER_TRY(arg_tensor(a, 1, &m1, rank == 2 ? "mat1" : "batch1"));
+  EMBER_TRY(arg_tensor(a, 2, &m2, rank == 2 ? "mat2" : "batch2"));
   EMBER_TRY(arg_double(a, 3, &beta, "beta"));
   EMBER_TRY(arg_double(a, 4, &alpha, "alpha"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  EMBER_TRY(check_rank(*m1, 2, "addmm mat1"));
-  EMBER_TRY(check_rank(*m2, 2, "addmm mat2"));
-  EMBER_CHECK_ARG(out->data != self->data, "addmm: output may not alias self");
-  const int64_t osz[2] = {m1->sizes[0], m2->sizes[1]};
-  EMBER_TRY(batched_matmul(*m1, *m2, *out, m1->sizes, 2, m2->sizes, 2, osz, 2));
-  return add_scaled(*self, beta, alpha, *out, "addmm");
+  EMBER_TRY(check_rank(*m1, rank, what));
+  EMBER_TRY(check_rank(*m2, rank, what));
+  EMBER_CHECK_ARG(rank == 2 || m1->sizes[0] == m2->sizes[0], "%s: batch sizes differ", what);
+  EMBER_CHECK_ARG(out->data != self->data, "%s: output may not alias self", what);
+  int64_t osz[3];
+  for (int d = 0; d < rank - 1; ++d) osz[d] = m1->sizes[d];
+  osz[rank - 1] = m2->sizes[rank - 1];
+  EMBER_TRY(batched_matmul(*m1, *m2, *out, m1->sizes, rank, m2->sizes, rank, osz, rank));
+  return add_scaled(*self, beta, alpha, *out, what);
 }
-
-Error baddbmm_k(KernelContext&, KernelArgs a) {  // baddbmm(self, batch1, batch2, beta, alpha)
-  Tensor *self = nullptr, *m1 = nullptr, *m2 = nullptr, *out = nullptr;
-  double beta = 1, alpha = 1;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, 1, &m1, "batch1"));
-  EMBER_TRY(arg_tensor(a, 2, &m2, "batch2"));
-  EMBER_TRY(arg_double(a, 3, &beta, "beta"));
-  EMBER_TRY(arg_double(a, 4, &alpha, "alpha"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  EMBER_TRY(check_rank(*m1, 3, "baddbmm batch1"));
-  EMBER_TRY(check_rank(*m2, 3, "baddbmm batch2"));
-  EMBER_CHECK_ARG(m1->sizes[0] == m2->sizes[0], "baddbmm: batch sizes differ");
-  EMBER_CHECK_ARG(out->data != self->data, "baddbmm: output may not alias self");
-  const int64_t osz[3] = {m1->sizes[0], m1->sizes[1], m2->sizes[2]};
-  EMBER_TRY(batched_matmul(*m1, *m2, *out, m1->sizes, 3, m2->sizes, 3, osz, 3));
-  return add_scaled(*self, beta, alpha, *out, "baddbmm");
-}
+Error addmm_k(KernelContext&, KernelArgs a) { return add_matmul(a, 2, "addmm"); }
+Error baddbmm_k(KernelContext&, KernelArgs a) { return add_matmul(a, 3, "baddbmm"); }
 
 }  // namespace
 
