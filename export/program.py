@@ -117,7 +117,8 @@ class Program:
             pos += size
         return offsets
 
-    def _pack(self) -> tuple[bytes, list[tuple[int, int]]]:
+    def _pack(self) -> tuple[bytes, list[tuple[int, int]], fmt.Header]:
+        """The flatbuffer (with the segment table filled in), the segment layout and the header."""
         layout = self._layout()
         self.root.segments = []
         for off, size in layout:
@@ -126,17 +127,17 @@ class Program:
             self.root.segments.append(s)
         builder = flatbuffers.Builder(1 << 16)
         builder.Finish(self.root.Pack(builder), file_identifier=b"EMBR")
-        return bytes(builder.Output()), layout
+        fb_bytes = bytes(builder.Output())
+        data_offset = fmt.align(fmt.HEADER_SIZE + len(fb_bytes), fmt.PAGE_ALIGN)
+        data_size = layout[-1][0] + layout[-1][1] if layout else 0
+        header = fmt.Header(fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR, fmt.HEADER_SIZE, len(fb_bytes), data_offset, data_size)
+        return fb_bytes, layout, header
 
     def write(self, f: BinaryIO, progress: Any = None) -> int:
-        fb_bytes, layout = self._pack()
-        fb_offset = fmt.HEADER_SIZE
-        data_offset = fmt.align(fb_offset + len(fb_bytes), fmt.PAGE_ALIGN)
-        data_size = layout[-1][0] + layout[-1][1] if layout else 0
-        header = fmt.Header(fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR, fb_offset, len(fb_bytes), data_offset, data_size)
+        fb_bytes, layout, header = self._pack()
         f.write(header.pack())
         f.write(fb_bytes)
-        f.write(b"\0" * (data_offset - fb_offset - len(fb_bytes)))
+        f.write(b"\0" * (header.data_offset - header.fb_offset - len(fb_bytes)))
         pos = 0
         for seg, (off, size) in zip(self.segments, layout):
             f.write(b"\0" * (off - pos))
@@ -144,7 +145,7 @@ class Program:
             pos = off + size
             if progress is not None:
                 progress.update(size)
-        return data_offset + data_size
+        return header.data_offset + header.data_size
 
     def save(self, path: str | os.PathLike[str], progress: bool = False) -> int:
         """Writes the program to `path` (atomically: a temp file renamed into place). Returns bytes written."""
@@ -202,9 +203,9 @@ class Program:
 
     @property
     def size(self) -> int:
-        fb_bytes, layout = self._pack()
-        data_offset = fmt.align(fmt.HEADER_SIZE + len(fb_bytes), fmt.PAGE_ALIGN)
-        return data_offset + (layout[-1][0] + layout[-1][1] if layout else 0)
+        """Bytes the file will have."""
+        header = self._pack()[2]
+        return header.data_offset + header.data_size
 
     def method_stats(self, name: str) -> dict[str, Any]:
         """Op histogram, delegated nodes per backend, arena and activation sizes of one method."""

@@ -31,6 +31,7 @@ def _weight_and_bias(node: Node, g: LoweringGraph) -> tuple[torch.Tensor, torch.
 @register_pass("fuse_sibling_linears")
 def fuse_sibling_linears(g: LoweringGraph, ctx: PassContext) -> None:
     fused = 0
+    order = {n: i for i, n in enumerate(g.graph.nodes)}  # new nodes are never candidates
     for node in list(g.graph.nodes):
         users = [u for u in node.users if u.args and u.args[0] is node and _weight_and_bias(u, g) is not None]
         if len(users) < 2:
@@ -41,8 +42,8 @@ def fuse_sibling_linears(g: LoweringGraph, ctx: PassContext) -> None:
         if len(dtypes) != 1 or len(has_bias) != 1 or len({w.shape[1] for w, _ in parts}) != 1:
             continue
         weight = torch.cat([w for w, _ in parts], dim=0).contiguous()
-        bias = torch.cat([b for _, b in parts], dim=0).contiguous() if True in has_bias else None
-        first = min(users, key=lambda u: list(g.graph.nodes).index(u))
+        bias = torch.cat([b for _, b in parts], dim=0).contiguous() if has_bias == {True} else None
+        first = min(users, key=order.__getitem__)
         with g.graph.inserting_before(first):
             w_node = g.graph.get_attr(_register(g, f"_ember_fused_w_{first.name}", weight))
             w_node.meta["val"] = weight
