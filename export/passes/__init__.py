@@ -46,5 +46,8 @@ def _load_builtin_passes() -> None:
         specialize_sym_sizes,
         constant_folding,
         fuse_sibling_linears,
+        fuse_rms_norm,
+        fuse_rotary,
+        fuse_swiglu,
         dead_code,
     )

@@ -579,6 +579,16 @@ void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64
   gemv_rows_fn()(x, W, ldw, K, n0, n1, y, nullptr);
 }
 
+void rms_norm_row_f32(const float* x, const float* w, int64_t n, float eps, float* y) {
+  if (n <= 0) return;
+  const float rstd = 1.0f / std::sqrt(dot_f32(x, x, n) / static_cast<float>(n) + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd;
+  }
+}
+
 void silu_f32(const float* x, float* y, int64_t n) {
   auto body = [&](int64_t b, int64_t e) {
 #if EMBER_X86

@@ -41,6 +41,8 @@ void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t 
 
 // y[i] = x[i] * sigmoid(x[i]) for contiguous fp32 (vectorized, parallel when large; y may be x).
 void silu_f32(const float* x, float* y, int64_t n);
+// y[0..n) = x * rsqrt(mean(x^2) + eps) [* w] for one row, fp32 (w may be null; y may equal x).
+void rms_norm_row_f32(const float* x, const float* w, int64_t n, float eps, float* y);
 
 // Dot product of n fp32 values (vectorized for the current ISA).
 float dot_f32(const float* a, const float* b, int64_t n);

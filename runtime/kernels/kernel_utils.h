@@ -567,5 +567,6 @@ void register_index_kernels(KernelRegistry& r);
 void register_factory_kernels(KernelRegistry& r);
 void register_convert_kernels(KernelRegistry& r);
 void register_sym_kernels(KernelRegistry& r);
+void register_fused_kernels(KernelRegistry& r);
 
 }  // namespace ember

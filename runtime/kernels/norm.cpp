@@ -2,6 +2,7 @@
 // `normalized_shape` dims; statistics in double, math in fp32, any float storage dtype.
 #include <vector>
 
+#include "gemm.h"
 #include "kernel_utils.h"
 
 namespace ember {
@@ -154,6 +155,21 @@ Error rms_norm_k(KernelContext&, KernelArgs a) {
   int64_t N = 0;
   int nn = 0;
   EMBER_TRY(norm_rows(a, 1, *x, &N, &nn, "rms_norm"));
+  if (x->dtype == DType::kFloat32 && out->dtype == DType::kFloat32 && (!w || w->dtype == DType::kFloat32)) {
+    EMBER_CHECK_ARG(!w || w->numel() == N, "rms_norm weight has %" PRId64 " elements, expected %" PRId64,
+                    w ? w->numel() : 0, N);
+    EMBER_TRY(out->resize(x->sizes, x->dim));
+    const int64_t M = N == 0 ? 0 : x->numel() / N;
+    const float* xp = x->ptr<float>();
+    const float* wp = w ? w->ptr<float>() : nullptr;
+    float* yp = out->ptr<float>();
+    auto body = [&](int64_t rb, int64_t re) {
+      for (int64_t m = rb; m < re; ++m) rms_norm_row_f32(xp + m * N, wp, N, static_cast<float>(eps), yp + m * N);
+    };
+    if (M > 1 && M * N >= 32768) parallel_for(M, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), body);
+    else body(0, M);
+    return Error::ok();
+  }
   std::vector<float> wv, bv;
   EMBER_TRY(load_param(w, N, &wv, "rms_norm weight"));
   return run_norm(*x, *out, N, wv, bv, eps, true, nullptr, nullptr);

@@ -17,6 +17,7 @@ void register_portable_kernels(KernelRegistry& r) {
   register_factory_kernels(r);
   register_convert_kernels(r);
   register_sym_kernels(r);
+  register_fused_kernels(r);
 }
 
 }  // namespace ember

@@ -1,0 +1,71 @@
+"""Small helpers the fusion passes share to match op chains in an FX graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+
+def call(node: Any, *targets: Any) -> bool:
+    """`node` is a call to one of `targets`."""
+    return isinstance(node, Node) and node.op == "call_function" and node.target in targets
+
+
+def val(node: Any) -> Any:
+    """The example value (FakeTensor) recorded for `node`, or None."""
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+def dtype(node: Any) -> torch.dtype | None:
+    v = val(node)
+    return v.dtype if isinstance(v, torch.Tensor) else None
+
+
+def only_user(node: Node, user: Node) -> bool:
+    """`user` is the single consumer of `node`, so `node` may be folded into a fused op."""
+    return list(node.users) == [user]
+
+
+def last_dim(node: Any, dim: Any) -> bool:
+    """`dim` names the last dim of `node`'s value (as -1 or as rank - 1)."""
+    v = val(node)
+    return isinstance(v, torch.Tensor) and isinstance(dim, int) and dim in (-1, v.dim() - 1)
+
+
+def static_size(node: Any, d: int) -> int | None:
+    """Size of dim `d` of `node` when it is a plain int (not symbolic)."""
+    v = val(node)
+    if not isinstance(v, torch.Tensor) or not -v.dim() <= d < v.dim():
+        return None
+    s = v.shape[d]
+    return s if isinstance(s, int) else None
+
+
+def other(node: Node, known: Node) -> Any:
+    """The other operand of a binary call whose one operand is `known` (None when neither is)."""
+    a, b = node.args[0], node.args[1]
+    return b if a is known else a if b is known else None
+
+
+def erased(node: Node) -> bool:
+    """`node` was removed from its graph (lists of nodes taken before a rewrite may hold it)."""
+    return bool(getattr(node, "_erased", False))
+
+
+def replace(g_graph: torch.fx.Graph, old: Node, target: Any, args: tuple[Any, ...]) -> Node:
+    """Inserts `target(*args)` before `old`, takes over its uses and meta, erases `old`."""
+    with g_graph.inserting_before(old):
+        new = g_graph.call_function(target, args)
+    new.meta.update(old.meta)
+    old.replace_all_uses_with(new)
+    g_graph.erase_node(old)
+    return new
+
+
+def erase_dead(g_graph: torch.fx.Graph, nodes: list[Node]) -> None:
+    """Erases those of `nodes` (in order) that are still in the graph and no longer have users."""
+    for n in nodes:
+        if not erased(n) and not n.users:
+            g_graph.erase_node(n)

@@ -1,0 +1,125 @@
+// Fused ops the lowering passes create from decomposed HF code (export/passes/fuse_*.py):
+//   ember::rotary_embedding(x, cos, sin) = x * cos + rotate_half(x) * sin
+//   ember::swiglu(x)                     = silu(x[..., :n/2]) * x[..., n/2:]
+// Each replaces a chain of small kernels per layer in decode. Any float dtype; math in fp32.
+#include <algorithm>
+#include <vector>
+
+#include "gemm.h"
+#include "kernel_utils.h"
+
+namespace ember {
+namespace {
+
+using namespace kern;
+
+// Runs body(rb, re) over `rows` rows of `width` elements: on the pool when there is enough work.
+template <typename F>
+void run_rows(int64_t rows, int64_t width, F&& body) {
+  if (rows > 1 && rows * width >= 32768) parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(width, 1)), body);
+  else body(0, rows);
+}
+
+// Element offset of the row of `t` (rank <= x's, broadcast to x's leading dims) that x's row
+// `r` reads; t's last dim equals x's. `st` holds t's strides aligned to x's dims (0 = broadcast).
+inline int64_t broadcast_row(int64_t r, const Tensor& x, const int64_t* st) {
+  int64_t off = 0;
+  for (int d = x.dim - 2; d >= 0; --d) {
+    const int64_t i = r % x.sizes[d];
+    r /= x.sizes[d];
+    off += i * st[d];
+  }
+  return off;
+}
+
+Error broadcast_strides(const Tensor& t, const Tensor& x, int64_t* st, const char* what) {
+  char b1[96], b2[96];
+  EMBER_CHECK_ARG(t.dim >= 1 && t.dim <= x.dim && t.sizes[t.dim - 1] == x.sizes[x.dim - 1],
+                  "rotary_embedding: %s %s does not broadcast to x %s", what, t.describe(b1, sizeof b1),
+                  x.describe(b2, sizeof b2));
+  int64_t cs[kMaxDims];
+  contiguous_strides(t.sizes, t.dim, cs);
+  const int shift = x.dim - t.dim;
+  for (int d = 0; d < x.dim; ++d) {
+    const int64_t s = d < shift ? 1 : t.sizes[d - shift];
+    EMBER_CHECK_ARG(s == 1 || s == x.sizes[d], "rotary_embedding: %s %s does not broadcast to x %s", what,
+                    t.describe(b1, sizeof b1), x.describe(b2, sizeof b2));
+    st[d] = (d < shift || s == 1) ? 0 : cs[d - shift];
+  }
+  return Error::ok();
+}
+
+// rotary_embedding(x [..., D], cos [..., D], sin [..., D]) -> [..., D] (D even).
+Error rotary_embedding_k(KernelContext&, KernelArgs a) {
+  Tensor *x = nullptr, *c = nullptr, *s = nullptr, *out = nullptr;
+  EMBER_TRY(arg_tensor(a, 0, &x, "x"));
+  EMBER_TRY(arg_tensor(a, 1, &c, "cos"));
+  EMBER_TRY(arg_tensor(a, 2, &s, "sin"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  EMBER_CHECK_ARG(x->dim >= 1 && x->sizes[x->dim - 1] % 2 == 0,
+                  "rotary_embedding: x must have an even last dim, got rank %d", static_cast<int>(x->dim));
+  int64_t cst[kMaxDims], sst[kMaxDims];
+  EMBER_TRY(broadcast_strides(*c, *x, cst, "cos"));
+  EMBER_TRY(broadcast_strides(*s, *x, sst, "sin"));
+  EMBER_TRY(check_floating(*out, "rotary_embedding output"));
+  EMBER_TRY(out->resize(x->sizes, x->dim));
+  const int64_t D = x->sizes[x->dim - 1], half = D / 2, rows = D == 0 ? 0 : x->numel() / D;
+  F32View xv, cv, sv;
+  EMBER_TRY(as_f32(*x, &xv, "rotary_embedding x"));
+  EMBER_TRY(as_f32(*c, &cv, "rotary_embedding cos"));
+  EMBER_TRY(as_f32(*s, &sv, "rotary_embedding sin"));
+  const bool f32_out = out->dtype == DType::kFloat32;
+  run_rows(rows, D, [&](int64_t rb, int64_t re) {
+    std::vector<float> buf(f32_out ? 0 : static_cast<size_t>(D));
+    for (int64_t r = rb; r < re; ++r) {
+      const float* xr = xv.p + r * D;
+      const float* cr = cv.p + broadcast_row(r, *x, cst);
+      const float* sr = sv.p + broadcast_row(r, *x, sst);
+      float* y = f32_out ? out->ptr<float>() + r * D : buf.data();
+      for (int64_t i = 0; i < half; ++i) y[i] = xr[i] * cr[i] - xr[i + half] * sr[i];
+      for (int64_t i = half; i < D; ++i) y[i] = xr[i] * cr[i] + xr[i - half] * sr[i];
+      if (!f32_out) store_chunk<float>(out->dtype, out->data, r * D, D, y);
+    }
+  });
+  return Error::ok();
+}
+
+// swiglu(x [..., 2n]) -> [..., n] = silu(first half) * second half.
+Error swiglu_k(KernelContext&, KernelArgs a) {
+  Tensor *x = nullptr, *out = nullptr;
+  EMBER_TRY(arg_tensor(a, 0, &x, "x"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  char b1[96];
+  EMBER_CHECK_ARG(x->dim >= 1 && x->sizes[x->dim - 1] % 2 == 0, "swiglu: x %s must have an even last dim",
+                  x->describe(b1, sizeof b1));
+  EMBER_TRY(check_floating(*out, "swiglu output"));
+  int64_t osz[kMaxDims];
+  for (int d = 0; d < x->dim; ++d) osz[d] = x->sizes[d];
+  const int64_t n = x->sizes[x->dim - 1] / 2;
+  osz[x->dim - 1] = n;
+  EMBER_TRY(out->resize(osz, x->dim));
+  const int64_t rows = n == 0 ? 0 : out->numel() / n;
+  F32View xv;
+  EMBER_TRY(as_f32(*x, &xv, "swiglu x"));
+  const bool f32_out = out->dtype == DType::kFloat32;
+  run_rows(rows, 2 * n, [&](int64_t rb, int64_t re) {
+    std::vector<float> buf(f32_out ? 0 : static_cast<size_t>(n));
+    for (int64_t r = rb; r < re; ++r) {
+      const float* g = xv.p + r * 2 * n;
+      float* y = f32_out ? out->ptr<float>() + r * n : buf.data();
+      silu_f32(g, y, n);
+      for (int64_t i = 0; i < n; ++i) y[i] *= g[n + i];
+      if (!f32_out) store_chunk<float>(out->dtype, out->data, r * n, n, y);
+    }
+  });
+  return Error::ok();
+}
+
+}  // namespace
+
+void register_fused_kernels(KernelRegistry& r) {
+  r.add("ember::rotary_embedding.default", KernelDef{rotary_embedding_k, 3, 1, false});
+  r.add("ember::swiglu.default", KernelDef{swiglu_k, 1, 1, false});
+}
+
+}  // namespace ember
