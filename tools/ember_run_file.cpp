@@ -2,7 +2,10 @@
 // upper bounds. Prints "ok" or "error: <message>" and exits 0 / 1; any other exit (a signal, a
 // sanitizer report) is a runtime bug. Used by the corrupted-file tests, also under ASan.
 //
-//   ember_run_file FILE [FILE...]     (one line per file)
+//   ember_run_file [--copy] FILE [FILE...]     (one line per file)
+//
+// --copy loads the files that follow with LoadMode::kCopy (read into huge-page memory) instead
+// of mapping them.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -13,8 +16,8 @@
 
 namespace {
 
-ember::Error run_file(const char* path) {
-  auto loaded = ember::Program::load_file(path);
+ember::Error run_file(const char* path, ember::LoadMode mode) {
+  auto loaded = ember::Program::load_file(path, mode);
   if (!loaded.ok()) return loaded.error();
   std::shared_ptr<ember::Program> program = loaded.value();
   for (const std::string& name : program->method_names()) {
@@ -48,12 +51,18 @@ ember::Error run_file(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s FILE [FILE...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--copy] FILE [FILE...]\n", argv[0]);
     return 2;
   }
-  int rc = 0;
+  int rc = 0, files = 0;
+  ember::LoadMode mode = ember::LoadMode::kMmap;
   for (int i = 1; i < argc; ++i) {
-    ember::Error e = run_file(argv[i]);
+    if (std::strcmp(argv[i], "--copy") == 0) {
+      mode = ember::LoadMode::kCopy;
+      continue;
+    }
+    ++files;
+    ember::Error e = run_file(argv[i], mode);
     if (e) {
       // One line per file: names read from a corrupted file may hold any byte.
       std::string msg = e.message();
@@ -67,5 +76,5 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
-  return argc == 2 ? rc : 0;
+  return files == 1 ? rc : 0;
 }

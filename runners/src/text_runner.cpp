@@ -17,11 +17,11 @@ TextRunner::TextRunner(std::unique_ptr<TextDecoder> decoder)
   cached_.reserve(static_cast<size_t>(decoder_->info().max_context_len));
 }
 
-Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads) {
+Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads, LoadMode mode) {
   EMBER_CHECK_ARG(threads >= 0, "threads must be >= 0 (0 = one per physical core), got %d", threads);
   const Clock::time_point t0 = Clock::now();
   if (threads > 0) set_num_threads(threads);
-  auto program = Program::load_file(path);
+  auto program = Program::load_file(path, mode);
   if (!program.ok()) return program.error();
   auto runner = create(std::move(program).value());
   if (!runner.ok()) return runner.error();

@@ -194,14 +194,14 @@ PYBIND11_MODULE(_C, m) {
       .def("reset_state", &PyProgram::reset_state);
   m.def(
       "load_file",
-      [](const std::string& path) {
+      [](const std::string& path, bool mmap) {
         Result<std::shared_ptr<Program>> r = [&] {
           py::gil_scoped_release nogil;
-          return Program::load_file(path);
+          return Program::load_file(path, mmap ? LoadMode::kMmap : LoadMode::kCopy);
         }();
         return std::make_unique<PyProgram>(unwrap(std::move(r)));
       },
-      py::arg("path"));
+      py::arg("path"), py::arg("mmap") = true);
   m.def(
       "load_bytes",
       [](const py::bytes& b) {

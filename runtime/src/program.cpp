@@ -6,13 +6,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "ember/runtime/kernel.h"
 #include "ember/runtime/method.h"
+#include "ember/runtime/thread_pool.h"
 #include "program_generated.h"
 
 namespace ember {
@@ -42,10 +46,65 @@ bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total
 void Program::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 Program::~Program() {
-  if (mapping_ != nullptr) munmap(mapping_, size_);
+  if (mapping_ != nullptr) munmap(mapping_, mapping_size_);
 }
 
-Result<std::shared_ptr<Program>> Program::load_file(const std::string& path) {
+namespace {
+
+// Reads `size` bytes of fd into fresh anonymous memory aligned to 2 MiB and advised to use huge
+// pages, then makes it read-only. On success *raw/*raw_len describe the mapping to unmap.
+Error read_into_huge_pages(int fd, const std::string& path, size_t size, void** raw, size_t* raw_len,
+                           const uint8_t** base) {
+  constexpr size_t kHuge = size_t{1} << 21;
+  const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+  const size_t len = rounded + kHuge;  // slack to align the start
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return Error::make(ErrorCode::kIO, "cannot allocate %zu bytes to load '%s' into memory: %s (load it mapped instead)",
+                       len, path.c_str(), std::strerror(errno));
+  }
+  uint8_t* a = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(m) + kHuge - 1) & ~(kHuge - 1));
+#ifdef MADV_HUGEPAGE
+  madvise(a, rounded, MADV_HUGEPAGE);  // a hint: without THP the copy still works, on 4 KiB pages
+#endif
+  // Read in 32 MiB pieces on the kernel threads: page faults (zeroing, huge-page compaction)
+  // and the copy run in parallel. The first failure is reported.
+  constexpr size_t kPiece = size_t{32} << 20;
+  const int64_t pieces = static_cast<int64_t>((size + kPiece - 1) / kPiece);
+  std::atomic<size_t> failed_at{SIZE_MAX};
+  std::atomic<int> failed_errno{0};
+  parallel_for(pieces, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t piece = pb; piece < pe && failed_at.load() == SIZE_MAX; ++piece) {
+      size_t done = static_cast<size_t>(piece) * kPiece;
+      const size_t end = std::min(size, done + kPiece);
+      while (done < end) {
+        const ssize_t r = ::pread(fd, a + done, end - done, static_cast<off_t>(done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          failed_errno.store(r < 0 ? errno : 0);
+          failed_at.store(done);
+          return;
+        }
+        done += static_cast<size_t>(r);
+      }
+    }
+  });
+  if (failed_at.load() != SIZE_MAX) {
+    munmap(m, len);
+    const int err = failed_errno.load();
+    return Error::make(ErrorCode::kIO, "cannot read '%s' at byte %zu of %zu: %s", path.c_str(), failed_at.load(), size,
+                       err ? std::strerror(err) : "unexpected end of file");
+  }
+  mprotect(a, rounded, PROT_READ);  // weights are read-only, as when mapped
+  *raw = m;
+  *raw_len = len;
+  *base = a;
+  return Error::ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Program>> Program::load_file(const std::string& path, LoadMode mode) {
   initialize();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -63,15 +122,23 @@ Result<std::shared_ptr<Program>> Program::load_file(const std::string& path) {
                        "'%s' is %zu bytes, smaller than the %zu-byte ember header: not an .ember file",
                        path.c_str(), size, kHeaderSize);
   }
-  void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) {
-    return Error::make(ErrorCode::kIO, "cannot mmap '%s': %s", path.c_str(), std::strerror(errno));
-  }
   std::shared_ptr<Program> p(new Program());
-  p->mapping_ = m;
-  p->base_ = static_cast<const uint8_t*>(m);
+  p->mode_ = mode;
   p->size_ = size;
+  if (mode == LoadMode::kCopy) {
+    Error e = read_into_huge_pages(fd, path, size, &p->mapping_, &p->mapping_size_, &p->base_);
+    ::close(fd);
+    if (e) return e;
+  } else {
+    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) {
+      return Error::make(ErrorCode::kIO, "cannot mmap '%s': %s", path.c_str(), std::strerror(errno));
+    }
+    p->mapping_ = m;
+    p->mapping_size_ = size;
+    p->base_ = static_cast<const uint8_t*>(m);
+  }
   auto r = finish_load(std::move(p));
   if (!r.ok()) return r.error().with_context("loading '" + path + "'");
   return r;

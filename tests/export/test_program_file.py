@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import ember.runtime
@@ -59,6 +60,13 @@ def test_round_trip_and_metadata(tmp_path: Path) -> None:
     out_file = rt.run("forward", x)[0]
     out_bytes = ember.runtime.load(path.read_bytes()).run("forward", x)[0]
     np.testing.assert_array_equal(out_file, out_bytes)
+    copied = ember.runtime.load(path, mmap=False)  # read into huge-page memory instead of mapped
+    assert {k: copied.metadata[k] for k in METADATA} == METADATA
+    np.testing.assert_array_equal(copied.run("forward", x)[0], out_file)
+    path.write_bytes(raw[: len(raw) // 2])  # truncated: a clean error in both modes
+    for mmap in (True, False):
+        with pytest.raises(ember.runtime.InvalidProgramError):
+            ember.runtime.load(path, mmap=mmap)
 
 
 def test_summary_reports_arena_against_activations() -> None:

@@ -37,6 +37,11 @@ def test_generate_text_is_the_decoded_tokens(llm) -> None:
     assert llm.stats.generated_tokens == 40 and llm.stats.stop_reason == "max_tokens"
 
 
+def test_mapped_and_copied_loads_generate_the_same(path) -> None:
+    copied, mapped = ember.load(path, threads=1), ember.load(path, threads=1, mmap=True)
+    assert copied.generate_ids(PROMPT, **SAMPLED) == mapped.generate_ids(PROMPT, **SAMPLED)
+
+
 def test_stream_pieces_join_to_the_full_text(llm) -> None:
     full = llm.generate(PROMPT, **SAMPLED)
     pieces = list(llm.generate(PROMPT, stream=True, **SAMPLED))

@@ -67,6 +67,9 @@ def test_bench_json(path) -> None:
     assert all(run["generated_tokens"] == 8 and run["prefill_tokens"] == 16 for run in result["runs"])
     for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_ms", "load_ms", "peak_rss_bytes"):
         assert result[key] > 0
+    assert result["weights"] == "copied to huge-page memory"
+    r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1", "--mmap", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["weights"] == "mapped", r.stderr
     r = ember_cli("bench", path, "--prompt-len", "90", "--gen-len", "90")
     assert r.returncode == 1 and "exceeds the context" in r.stderr
 

@@ -52,7 +52,8 @@ class TextRunner {
 
   // Loads the program at `path`; `threads` > 0 sets the kernel thread count (process-wide),
   // 0 leaves it (default: physical cores).
-  static Result<std::unique_ptr<TextRunner>> load(const std::string& path, int threads = 0);
+  static Result<std::unique_ptr<TextRunner>> load(const std::string& path, int threads = 0,
+                                                  LoadMode mode = LoadMode::kMmap);
   static Result<std::unique_ptr<TextRunner>> create(std::shared_ptr<Program> program);
 
   // Validates the prompt (non-empty, ids in the vocabulary, shorter than the context) and the
