@@ -49,5 +49,6 @@ def _load_builtin_passes() -> None:
         fuse_rms_norm,
         fuse_rotary,
         fuse_swiglu,
+        select_to_view,
         dead_code,
     )

@@ -172,7 +172,7 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
         if (sl[1] == 0) continue;
         const float w = exp_approx(sl[0] - mx);
         total += w * sl[1];
-        for (int64_t e = 0; e < D; ++e) o[e] += w * sl[2 + e];
+        axpy_f32(w, sl + 2, o, D);
       }
       const float inv = 1.0f / total;
       for (int64_t e = 0; e < D; ++e) o[e] *= inv;

@@ -457,30 +457,52 @@ EMBER_AVX512 void silu_avx512(const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
 }
 
-EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D,
-                                           float* out) {
-  if (D > 128) {
-    for (int64_t j = 0; j < n; ++j) axpy_avx512(p[j], V + j * ldv, out, D);
-    return;
+// out[0..16*NV) (last vector masked by `tail`) += sum_j p[j] * V[j]: two rows per step into two
+// accumulator sets, so the FMAs form 2*NV independent chains instead of NV.
+template <int NV>
+EMBER_AVX512 void weighted_rows_sum_avx512_t(const float* p, const float* V, int64_t ldv, int64_t n, __mmask16 tail,
+                                             float* out) {
+  const auto mask = [tail](int v) { return v == NV - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
+  __m512 a0[NV], a1[NV];
+  for (int v = 0; v < NV; ++v) {
+    a0[v] = _mm512_maskz_loadu_ps(mask(v), out + 16 * v);
+    a1[v] = _mm512_setzero_ps();
   }
-  // Up to 8 accumulators of 16 lanes hold out[0..D); the last one is masked.
-  const int nv = static_cast<int>((D + 15) / 16);
-  const __mmask16 tail = static_cast<__mmask16>(D % 16 == 0 ? 0xFFFF : (1u << (D % 16)) - 1);
-  __m512 acc[8];
-  for (int v = 0; v < nv; ++v) {
-    acc[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF), out + 16 * v);
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    const __m512 pj = _mm512_set1_ps(p[j]);
-    const float* row = V + j * ldv;
-    for (int v = 0; v < nv; ++v) _mm_prefetch(reinterpret_cast<const char*>(row + 16 * ldv + 16 * v), _MM_HINT_T0);
-    for (int v = 0; v < nv; ++v) {
-      const __mmask16 m = v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF);
-      acc[v] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m, row + 16 * v), acc[v]);
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const __m512 p0 = _mm512_set1_ps(p[j]), p1 = _mm512_set1_ps(p[j + 1]);
+    const float* r0 = V + j * ldv;
+    const float* r1 = r0 + ldv;
+    for (int v = 0; v < NV; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(r0 + 16 * ldv + 16 * v), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r1 + 16 * ldv + 16 * v), _MM_HINT_T0);
+    }
+    for (int v = 0; v < NV; ++v) {
+      a0[v] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(mask(v), r0 + 16 * v), a0[v]);
+      a1[v] = _mm512_fmadd_ps(p1, _mm512_maskz_loadu_ps(mask(v), r1 + 16 * v), a1[v]);
     }
   }
-  for (int v = 0; v < nv; ++v) {
-    _mm512_mask_storeu_ps(out + 16 * v, v == nv - 1 ? tail : static_cast<__mmask16>(0xFFFF), acc[v]);
+  if (j < n) {
+    const __m512 p0 = _mm512_set1_ps(p[j]);
+    for (int v = 0; v < NV; ++v) a0[v] = _mm512_fmadd_ps(p0, _mm512_maskz_loadu_ps(mask(v), V + j * ldv + 16 * v), a0[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(out + 16 * v, mask(v), _mm512_add_ps(a0[v], a1[v]));
+}
+
+EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D,
+                                           float* out) {
+  const __mmask16 tail = static_cast<__mmask16>(D % 16 == 0 ? 0xFFFF : (1u << (D % 16)) - 1);
+  switch ((D + 15) / 16) {  // accumulators in registers for D <= 128
+    case 1: weighted_rows_sum_avx512_t<1>(p, V, ldv, n, tail, out); return;
+    case 2: weighted_rows_sum_avx512_t<2>(p, V, ldv, n, tail, out); return;
+    case 3: weighted_rows_sum_avx512_t<3>(p, V, ldv, n, tail, out); return;
+    case 4: weighted_rows_sum_avx512_t<4>(p, V, ldv, n, tail, out); return;
+    case 5: weighted_rows_sum_avx512_t<5>(p, V, ldv, n, tail, out); return;
+    case 6: weighted_rows_sum_avx512_t<6>(p, V, ldv, n, tail, out); return;
+    case 7: weighted_rows_sum_avx512_t<7>(p, V, ldv, n, tail, out); return;
+    case 8: weighted_rows_sum_avx512_t<8>(p, V, ldv, n, tail, out); return;
+    default:
+      for (int64_t j = 0; j < n; ++j) axpy_avx512(p[j], V + j * ldv, out, D);
   }
 }
 #endif  // EMBER_X86

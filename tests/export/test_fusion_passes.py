@@ -169,3 +169,17 @@ def test_rotary_kernel_rejects_bad_shapes(tmp_path: Path) -> None:
     prog = to_ember(export(_CallRotary(), (x, cos, cos), (None, None, {3: Dim("d", min=2, max=8)})), tmp_path)
     with pytest.raises(ember.runtime.InvalidArgumentError, match="does not broadcast"):
         prog.run("forward", x, torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 4))
+
+
+class _LastRow(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[:, -1:] * 2)[:, -1] + x[:, 0]  # the first select is on a size-1 dim, the second not
+
+
+def test_select_on_a_size_one_dim_becomes_a_view(tmp_path: Path) -> None:
+    x = torch.randn(2, 5, 7)
+    ep = export(_LastRow(), (x,))
+    ops = _ops(ep)
+    assert ops.get("aten::select.int") == 1 and ops.get("aten::squeeze.dim") == 1, ops
+    (out,) = to_ember(ep, tmp_path).run("forward", x)
+    assert_close(out, _LastRow()(x))
