@@ -280,10 +280,11 @@ const MetaEntry* Program::find_metadata(std::string_view key) const {
 
 Error Program::load_state() {
   state_.clear();
-  state_storage_.clear();
+  state_block_.reset();
   const auto* st = root_->state();
   if (st == nullptr) return Error::ok();
-  uint64_t total = 0;
+  uint64_t total = 0, placed = 0;
+  std::vector<uint64_t> offsets;
   for (uint32_t i = 0; i < st->size(); ++i) {
     const fb::StateTensor* s = st->Get(i);
     StateInfo info;
@@ -320,15 +321,24 @@ Error Program::load_state() {
       EMBER_CHECK(s->init_segment() == -1, ErrorCode::kInvalidProgram,
                   "state '%s' has invalid initial segment %d", info.name.c_str(), s->init_segment());
     }
-    // calloc: zero pages are mapped lazily, so a large cache costs nothing until it is written.
-    uint8_t* mem = static_cast<uint8_t*>(std::calloc(nbytes + 64, 1));
-    EMBER_CHECK(mem != nullptr, ErrorCode::kOutOfMemory, "cannot allocate %" PRIu64 " bytes for state '%s'",
-                nbytes, info.name.c_str());
-    state_storage_.emplace_back(mem);
-    info.tensor.data = mem;
     info.tensor.capacity = nbytes;
+    offsets.push_back(placed);
+    placed += (nbytes + 63) / 64 * 64;
     state_.push_back(std::move(info));
   }
+  // One block for all state (e.g. every layer's K and V cache), aligned to and advised to use
+  // 2 MiB pages: attention reads it every step, and per-buffer allocations (1-2 MiB each) would
+  // never get huge pages. calloc keeps untouched pages lazy.
+  if (state_.empty()) return Error::ok();
+  constexpr uint64_t kHuge = uint64_t{1} << 21;
+  uint8_t* mem = static_cast<uint8_t*>(std::calloc(placed + kHuge, 1));
+  EMBER_CHECK(mem != nullptr, ErrorCode::kOutOfMemory, "cannot allocate %" PRIu64 " bytes for program state", placed);
+  state_block_.reset(mem);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem) + kHuge - 1) & ~(kHuge - 1));
+#ifdef MADV_HUGEPAGE
+  if (placed >= kHuge) madvise(base, (placed + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);  // a hint only
+#endif
+  for (size_t i = 0; i < state_.size(); ++i) state_[i].tensor.data = base + offsets[i];
   reset_state();
   return Error::ok();
 }

@@ -114,7 +114,7 @@ class Program : public std::enable_shared_from_this<Program> {
   struct FreeDeleter {
     void operator()(uint8_t* p) const;  // std::free: state is calloc'ed (zero pages stay lazy)
   };
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> state_storage_;
+  std::unique_ptr<uint8_t, FreeDeleter> state_block_;  // all state tensors, 2 MiB aligned inside
 };
 
 }  // namespace ember
