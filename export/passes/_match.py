@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.fx import Node
@@ -43,6 +43,17 @@ def static_size(node: Any, d: int) -> int | None:
     return s if isinstance(s, int) else None
 
 
+def last_dim_slice(node: Any, src: Node, start: int, end: int, size: int) -> bool:
+    """`node` = src[..., start:end] along the last dim of size `size` (an end past it counts as it)."""
+    if not call(node, torch.ops.aten.slice.Tensor) or node.args[0] is not src or node.kwargs:
+        return False
+    args = list(node.args) + [None] * (5 - len(node.args))
+    dim, s, e, step = args[1], args[2], args[3], args[4]
+    s = 0 if s is None else s
+    e = size if e is None or (isinstance(e, int) and e >= size) else e  # export writes "to the end" as a huge int
+    return last_dim(src, dim) and s == start and e == end and step in (None, 1)
+
+
 def other(node: Node, known: Node) -> Any:
     """The other operand of a binary call whose one operand is `known` (None when neither is)."""
     a, b = node.args[0], node.args[1]
@@ -69,3 +80,23 @@ def erase_dead(g_graph: torch.fx.Graph, nodes: list[Node]) -> None:
     for n in nodes:
         if not erased(n) and not n.users:
             g_graph.erase_node(n)
+
+
+# A match: (the node the fused op replaces, the fused op's args, the chain nodes it makes dead).
+Match = tuple[Node, tuple[Any, ...], list[Node]]
+
+
+def rewrite_chains(g_graph: torch.fx.Graph, match: Callable[[Node], Match | None], target: Any) -> int:
+    """Replaces every chain `match` recognizes with one call to `target`; returns how many."""
+    count = 0
+    for node in list(g_graph.nodes):
+        if erased(node):  # a node a previous rewrite removed
+            continue
+        m = match(node)
+        if m is None:
+            continue
+        old, args, chain = m
+        replace(g_graph, old, target, args)
+        erase_dead(g_graph, chain)
+        count += 1
+    return count

@@ -16,8 +16,8 @@ from torch.fx import Node
 
 from ember.export.graph import LoweringGraph
 from ember.export.passes import PassContext, register_pass
-from ember.export.passes._match import (call, dtype, erase_dead, erased, last_dim, only_user, other, replace,
-                                        static_size, val)
+from ember.export.passes._match import (Match, call, dtype, last_dim, only_user, other, rewrite_chains, static_size,
+                                        val)
 
 aten = torch.ops.aten
 RMS_NORM = "aten::rms_norm.default"
@@ -73,20 +73,19 @@ def _weight(y: Node, g: LoweringGraph, size: int) -> tuple[Node, Node] | None:
 def fuse_rms_norm(g: LoweringGraph, ctx: PassContext) -> None:
     if RMS_NORM not in ctx.kernel_names:
         return
-    fused = 0
-    for node in list(g.graph.nodes):
-        if erased(node):  # the weight mul of an earlier match
-            continue
+
+    def match(node: Node) -> Match | None:
         m = _match_norm(node)
         if m is None:
-            continue
+            return None
         x, eps, chain = m
         size = static_size(x, -1)
         weighted = _weight(node, g, size)
-        last = weighted[1] if weighted else node
-        weight = weighted[0] if weighted else None
-        replace(g.graph, last, aten.rms_norm.default, (x, [size], weight, eps))
-        erase_dead(g.graph, chain)
-        fused += 1
+        if weighted is None:
+            return node, (x, [size], None, eps), chain
+        weight, mul = weighted
+        return mul, (x, [size], weight, eps), chain
+
+    fused = rewrite_chains(g.graph, match, aten.rms_norm.default)
     if fused:
         g.notes.append(f"fused {fused} RMSNorm(s)")

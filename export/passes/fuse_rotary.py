@@ -15,21 +15,11 @@ from torch.fx import Node
 
 from ember.export.graph import LoweringGraph
 from ember.export.passes import PassContext, register_pass
-from ember.export.passes._match import call, erase_dead, last_dim, only_user, other, replace, static_size, val
+from ember.export.passes._match import (Match, call, last_dim, last_dim_slice, only_user, other, rewrite_chains,
+                                        static_size, val)
 
 aten = torch.ops.aten
 ROTARY = "ember::rotary_embedding.default"
-
-
-def _slice(node: object, src: Node, start: int, end: int, size: int) -> bool:
-    """`node` = src[..., start:end] along the last dim (an end past the size counts as the size)."""
-    if not call(node, aten.slice.Tensor) or node.args[0] is not src or node.kwargs:
-        return False
-    args = list(node.args) + [None] * (5 - len(node.args))
-    dim, s, e, step = args[1], args[2], args[3], args[4]
-    s = 0 if s is None else s
-    e = size if e is None or (isinstance(e, int) and e >= size) else e  # export writes "to the end" as a huge int
-    return last_dim(src, dim) and s == start and e == end and step in (None, 1)
 
 
 def _rotate_half_of(cat: Node) -> Node | None:
@@ -50,7 +40,7 @@ def _rotate_half_of(cat: Node) -> Node | None:
     if size is None or size % 2:
         return None
     half = size // 2
-    if not (_slice(lo, x, 0, half, size) and _slice(hi, x, half, size, size)):
+    if not (last_dim_slice(lo, x, 0, half, size) and last_dim_slice(hi, x, half, size, size)):
         return None
     return x
 
@@ -65,8 +55,8 @@ def _broadcasts_to(t: object, x: Node) -> bool:
     return isinstance(tv.shape[-1], int) and tv.shape[-1] == xv.shape[-1]
 
 
-def _match(add: Node) -> tuple[Node, Node, Node, list[Node]] | None:
-    """`add` = x * cos + rotate_half(x) * sin -> (x, cos, sin, chain) or None."""
+def _match(add: Node) -> Match | None:
+    """`add` = x * cos + rotate_half(x) * sin -> (add, (x, cos, sin), chain) or None."""
     if not call(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs:
         return None
     for m_rot in add.args:
@@ -87,7 +77,7 @@ def _match(add: Node) -> tuple[Node, Node, Node, list[Node]] | None:
             if tuple(val(add).shape) != tuple(val(x).shape) or val(add).dtype != val(x).dtype:
                 continue
             neg = cat.args[0][0]
-            return x, cos, sin, [m_x, m_rot, cat, neg, neg.args[0], cat.args[0][1]]
+            return add, (x, cos, sin), [m_x, m_rot, cat, neg, neg.args[0], cat.args[0][1]]
     return None
 
 
@@ -97,15 +87,7 @@ def fuse_rotary(g: LoweringGraph, ctx: PassContext) -> None:
         return
     from ember.export import fused_ops  # noqa: F401  (registers ember::rotary_embedding)
 
-    fused = 0
-    for node in list(g.graph.nodes):
-        m = _match(node)
-        if m is None:
-            continue
-        x, cos, sin, chain = m
-        replace(g.graph, node, torch.ops.ember.rotary_embedding.default, (x, cos, sin))
-        erase_dead(g.graph, chain)
-        fused += 1
+    fused = rewrite_chains(g.graph, _match, torch.ops.ember.rotary_embedding.default)
     if fused:
         g.notes.append(f"fused {fused} rotary embedding(s)")
 

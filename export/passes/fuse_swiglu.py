@@ -14,15 +14,14 @@ from torch.fx import Node
 
 from ember.export.graph import LoweringGraph
 from ember.export.passes import PassContext, register_pass
-from ember.export.passes._match import call, erase_dead, only_user, other, replace, static_size
-from ember.export.passes.fuse_rotary import _slice
+from ember.export.passes._match import Match, call, last_dim_slice, only_user, other, rewrite_chains, static_size
 
 aten = torch.ops.aten
 SWIGLU = "ember::swiglu.default"
 
 
-def _match(mul: Node) -> tuple[Node, list[Node]] | None:
-    """`mul` = silu(h[..., :n]) * h[..., n:] -> (h, chain) or None."""
+def _match(mul: Node) -> Match | None:
+    """`mul` = silu(h[..., :n]) * h[..., n:] -> (mul, (h,), chain) or None."""
     if not call(mul, aten.mul.Tensor) or len(mul.args) != 2 or mul.kwargs:
         return None
     for act in mul.args:
@@ -38,8 +37,8 @@ def _match(mul: Node) -> tuple[Node, list[Node]] | None:
         if not isinstance(h, Node) or size is None or size % 2:
             continue
         n = size // 2
-        if _slice(gate, h, 0, n, size) and _slice(up, h, n, size, size):
-            return h, [act, gate, up]
+        if last_dim_slice(gate, h, 0, n, size) and last_dim_slice(up, h, n, size, size):
+            return mul, (h,), [act, gate, up]
     return None
 
 
@@ -49,14 +48,6 @@ def fuse_swiglu(g: LoweringGraph, ctx: PassContext) -> None:
         return
     from ember.export import fused_ops  # noqa: F401  (registers ember::swiglu)
 
-    fused = 0
-    for node in list(g.graph.nodes):
-        m = _match(node)
-        if m is None:
-            continue
-        h, chain = m
-        replace(g.graph, node, torch.ops.ember.swiglu.default, (h,))
-        erase_dead(g.graph, chain)
-        fused += 1
+    fused = rewrite_chains(g.graph, _match, torch.ops.ember.swiglu.default)
     if fused:
         g.notes.append(f"fused {fused} SwiGLU activation(s)")

@@ -2,7 +2,6 @@
 //   ember::rotary_embedding(x, cos, sin) = x * cos + rotate_half(x) * sin
 //   ember::swiglu(x)                     = silu(x[..., :n/2]) * x[..., n/2:]
 // Each replaces a chain of small kernels per layer in decode. Any float dtype; math in fp32.
-#include <algorithm>
 #include <vector>
 
 #include "gemm.h"
@@ -12,13 +11,6 @@ namespace ember {
 namespace {
 
 using namespace kern;
-
-// Runs body(rb, re) over `rows` rows of `width` elements: on the pool when there is enough work.
-template <typename F>
-void run_rows(int64_t rows, int64_t width, F&& body) {
-  if (rows > 1 && rows * width >= 32768) parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(width, 1)), body);
-  else body(0, rows);
-}
 
 // Element offset of the row of `t` (rank <= x's, broadcast to x's leading dims) that x's row
 // `r` reads; t's last dim equals x's. `st` holds t's strides aligned to x's dims (0 = broadcast).
@@ -56,8 +48,9 @@ Error rotary_embedding_k(KernelContext&, KernelArgs a) {
   EMBER_TRY(arg_tensor(a, 1, &c, "cos"));
   EMBER_TRY(arg_tensor(a, 2, &s, "sin"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  EMBER_CHECK_ARG(x->dim >= 1 && x->sizes[x->dim - 1] % 2 == 0,
-                  "rotary_embedding: x must have an even last dim, got rank %d", static_cast<int>(x->dim));
+  char xs[96];
+  EMBER_CHECK_ARG(x->dim >= 1 && x->sizes[x->dim - 1] % 2 == 0, "rotary_embedding: x %s must have an even last dim",
+                  x->describe(xs, sizeof xs));
   int64_t cst[kMaxDims], sst[kMaxDims];
   EMBER_TRY(broadcast_strides(*c, *x, cst, "cos"));
   EMBER_TRY(broadcast_strides(*s, *x, sst, "sin"));
@@ -69,7 +62,7 @@ Error rotary_embedding_k(KernelContext&, KernelArgs a) {
   EMBER_TRY(as_f32(*c, &cv, "rotary_embedding cos"));
   EMBER_TRY(as_f32(*s, &sv, "rotary_embedding sin"));
   const bool f32_out = out->dtype == DType::kFloat32;
-  run_rows(rows, D, [&](int64_t rb, int64_t re) {
+  parallel_rows(rows, D, [&](int64_t rb, int64_t re) {
     std::vector<float> buf(f32_out ? 0 : static_cast<size_t>(D));
     for (int64_t r = rb; r < re; ++r) {
       const float* xr = xv.p + r * D;
@@ -102,7 +95,7 @@ Error swiglu_k(KernelContext&, KernelArgs a) {
   F32View xv;
   EMBER_TRY(as_f32(*x, &xv, "swiglu x"));
   const bool f32_out = out->dtype == DType::kFloat32;
-  run_rows(rows, 2 * n, [&](int64_t rb, int64_t re) {
+  parallel_rows(rows, 2 * n, [&](int64_t rb, int64_t re) {
     std::vector<float> buf(f32_out ? 0 : static_cast<size_t>(n));
     for (int64_t r = rb; r < re; ++r) {
       const float* g = xv.p + r * 2 * n;

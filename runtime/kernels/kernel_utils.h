@@ -526,13 +526,12 @@ inline float exp_approx(float x) {
   return x < -87.3f ? 0.0f : y * scale;
 }
 
-// Asks for the cache line holding p (a hint: no fault on any address, no-op off x86/GCC/Clang).
-inline void prefetch_l1(const void* p) {
-#if defined(__GNUC__)
-  __builtin_prefetch(p, 0, 3);
-#else
-  (void)p;
-#endif
+// Runs body(rb, re) over `rows` rows of `width` elements each: on the pool when there is enough
+// work (>= 32K elements, >= ~8K elements per task), else on the calling thread.
+template <typename F>
+void parallel_rows(int64_t rows, int64_t width, F&& body) {
+  if (rows > 1 && rows * width >= 32768) parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(width, 1)), body);
+  else body(0, rows);
 }
 
 // A float tensor viewed as fp32: the data itself, or a converted copy.

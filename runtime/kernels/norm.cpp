@@ -87,8 +87,7 @@ Error run_norm(const Tensor& x, Tensor& out, int64_t N, const std::vector<float>
       }
     }
   };
-  if (M > 1 && M * N >= 32768) parallel_for(M, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), body);
-  else body(0, M);
+  parallel_rows(M, N, body);
   return Error::ok();
 }
 
@@ -166,8 +165,7 @@ Error rms_norm_k(KernelContext&, KernelArgs a) {
     auto body = [&](int64_t rb, int64_t re) {
       for (int64_t m = rb; m < re; ++m) rms_norm_row_f32(xp + m * N, wp, N, static_cast<float>(eps), yp + m * N);
     };
-    if (M > 1 && M * N >= 32768) parallel_for(M, std::max<int64_t>(1, 8192 / std::max<int64_t>(N, 1)), body);
-    else body(0, M);
+    parallel_rows(M, N, body);
     return Error::ok();
   }
   std::vector<float> wv, bv;
