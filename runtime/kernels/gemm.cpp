@@ -1,8 +1,8 @@
 // fp32 GEMV / GEMM with run-time ISA selection. See gemm.h.
 //
 // GEMV (M = 1, B = [N, K] fp32): each thread takes a contiguous range of output rows and
-// computes 8 dot products at a time, so x stays in L1 and the weight is read exactly once
-// at memory bandwidth.
+// reads it front to back, one row at a time, so x stays in L1 and the weight is read exactly
+// once, as one sequential stream per thread, at memory bandwidth.
 // GEMM: B is packed per (32-column panel, KC-deep block) into a contiguous [KC, 32] tile
 // (converting fp16/bf16 on the way), then a 6x32 register-blocked micro-kernel sweeps all
 // rows of A over it. Threads split the column panels (or the rows when panels are few).
@@ -158,36 +158,29 @@ EMBER_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Same order as gemv_rows_avx512: one row at a time, one sequential stream per thread.
 EMBER_AVX2 void gemv_rows_avx2(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
                                const float* bias) {
-  int64_t n = n0;
-  const int64_t K8 = K & ~int64_t{7};
-  for (; n + 4 <= n1; n += 4) {
-    const float* w0 = W + n * ldw;
-    const float* w1 = w0 + ldw;
-    const float* w2 = w1 + ldw;
-    const float* w3 = w2 + ldw;
+  constexpr int64_t kAhead = 256;  // floats
+  const int64_t K32 = K & ~int64_t{31}, K8 = K & ~int64_t{7};
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* w = W + n * ldw;
+    const char* pf = reinterpret_cast<const char*>(w + kAhead);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K8; k += 8) {
-      const __m256 xv = _mm256_loadu_ps(x + k);
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, a3);
+    int64_t k = 0;
+    for (; k < K32; k += 32) {
+      _mm_prefetch(pf + 4 * k, _MM_HINT_T0);
+      _mm_prefetch(pf + 4 * k + 64, _MM_HINT_T0);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
     }
-    float r0 = hsum256(a0), r1 = hsum256(a1), r2 = hsum256(a2), r3 = hsum256(a3);
-    for (int64_t k = K8; k < K; ++k) {
-      r0 += w0[k] * x[k];
-      r1 += w1[k] * x[k];
-      r2 += w2[k] * x[k];
-      r3 += w3[k] * x[k];
-    }
-    y[n] = r0 + (bias ? bias[n] : 0.0f);
-    y[n + 1] = r1 + (bias ? bias[n + 1] : 0.0f);
-    y[n + 2] = r2 + (bias ? bias[n + 2] : 0.0f);
-    y[n + 3] = r3 + (bias ? bias[n + 3] : 0.0f);
+    for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+    float r = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < K; ++k) r += w[k] * x[k];
+    y[n] = r + (bias ? bias[n] : 0.0f);
   }
-  for (; n < n1; ++n) y[n] = dot_avx2(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
 }
 
 EMBER_AVX2 void ukernel_avx2(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
@@ -266,30 +259,39 @@ EMBER_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
   return hsum512(_mm512_add_ps(s0, s1));
 }
 
+// One row at a time, front to back: each thread reads its share of W as a single sequential
+// stream (measured ~15% more bandwidth than interleaving 8 rows), with a software prefetch
+// 1 KiB ahead of every line, across row ends, so the stream never waits at a page boundary.
 EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
                                    float* y, const float* bias) {
-  const int64_t K16 = K & ~int64_t{15};
+  constexpr int64_t kAhead = 256;  // floats
+  const int64_t K64 = K & ~int64_t{63}, K16 = K & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (K - K16)) - 1);
-  int64_t n = n0;
-  for (; n + 8 <= n1; n += 8) {
+  for (int64_t n = n0; n < n1; ++n) {
     const float* w = W + n * ldw;
-    __m512 a[8];
-    for (int j = 0; j < 8; ++j) a[j] = _mm512_setzero_ps();
-    // Software prefetch of the same lines of the next 8-row block: the hardware prefetchers stop
-    // at page boundaries, and decode streams every weight from DRAM once per token.
-    const float* next = w + 8 * ldw;
-    for (int64_t k = 0; k < K16; k += 16) {
-      const __m512 xv = _mm512_loadu_ps(x + k);
-      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * ldw + k), _MM_HINT_T0);
-      for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(w + j * ldw + k), xv, a[j]);
+    const char* pf = reinterpret_cast<const char*>(w + kAhead);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k < K64; k += 64) {
+      _mm_prefetch(pf + 4 * k, _MM_HINT_T0);
+      _mm_prefetch(pf + 4 * k + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 4 * k + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 4 * k + 192, _MM_HINT_T0);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
+      a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+      a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 32), _mm512_loadu_ps(x + k + 32), a2);
+      a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k + 48), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    for (; k < K16; k += 16) {
+      _mm_prefetch(pf + 4 * k, _MM_HINT_T0);
+      a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + k), _mm512_loadu_ps(x + k), a0);
     }
     if (tail) {
-      const __m512 xv = _mm512_maskz_loadu_ps(tail, x + K16);
-      for (int j = 0; j < 8; ++j) a[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + j * ldw + K16), xv, a[j]);
+      _mm_prefetch(pf + 4 * k, _MM_HINT_T0);
+      a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + k), _mm512_maskz_loadu_ps(tail, x + k), a1);
     }
-    for (int j = 0; j < 8; ++j) y[n + j] = hsum512(a[j]) + (bias ? bias[n + j] : 0.0f);
+    y[n] = hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + (bias ? bias[n] : 0.0f);
   }
-  for (; n < n1; ++n) y[n] = dot_avx512(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
 }
 
 template <int MR>
@@ -655,11 +657,13 @@ void weighted_rows_sum_f32(const float* p, const float* V, int64_t ldv, int64_t 
 
 void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias) {
   const GemvRowsFn fn = gemv_rows_fn();
-  // Rows per task: whole 8-row groups, and enough bytes (>= ~64 KiB) to be worth a thread.
-  const int64_t groups = (N + 7) / 8;
-  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, 8 * K * 4));
+  // Rows per task: whole 16-row groups (so no two threads write one cache line of y), and
+  // enough bytes (>= ~64 KiB) to be worth a thread.
+  constexpr int64_t kGroup = 16;
+  const int64_t groups = (N + kGroup - 1) / kGroup;
+  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, kGroup * K * 4));
   parallel_for(groups, grain, [&](int64_t gb, int64_t ge) {
-    fn(x, W, ldw, K, gb * 8, std::min(N, ge * 8), y, bias);
+    fn(x, W, ldw, K, gb * kGroup, std::min(N, ge * kGroup), y, bias);
   });
 }
 

@@ -240,11 +240,12 @@ def test_linear_half(dtype):
     check(None, rand(3, 40, dtype=dtype), module=Fn(lin), rtol=2e-2, atol=2e-2)
 
 
-def test_linear_portable_and_avx2_paths(monkeypatch):
-    # The ISA is chosen once per process; the fast path is covered above. Here just make sure a
-    # big GEMV (many threads' worth of rows, K not a multiple of 16) is right.
-    lin = torch.nn.Linear(577, 3001)
-    check(None, rand(1, 577), module=Fn(lin), rtol=1e-4, atol=1e-4)
+@pytest.mark.parametrize("k,n", [(577, 3001), (100, 45), (8, 33)])
+def test_linear_gemv_rows(k, n):
+    # A GEMV over many threads' worth of rows, and K with each kind of remainder (whole 64-float
+    # steps, 16-float steps, a masked tail, shorter than one vector).
+    lin = torch.nn.Linear(k, n)
+    check(None, rand(1, k), module=Fn(lin), rtol=1e-4, atol=1e-4)
 
 
 # ---- attention ---------------------------------------------------------------------------------
