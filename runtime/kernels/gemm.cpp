@@ -117,7 +117,7 @@ inline void ukernel_generic(int64_t kc, const float* A, int64_t lda, const float
 }
 
 void ukernel_portable(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc, int nr,
-                      bool first, const float* bias) {
+                      bool first, const float* bias, const float* /*next_a*/) {
   switch (mr) {
     case 6: ukernel_generic<6>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
     case 5: ukernel_generic<5>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
@@ -184,7 +184,7 @@ EMBER_AVX2 void gemv_rows_avx2(const float* x, const float* W, int64_t ldw, int6
 }
 
 EMBER_AVX2 void ukernel_avx2(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                             int nr, bool first, const float* bias) {
+                             int nr, bool first, const float* bias, const float* /*next_a*/) {
   // 4 x 32 tile in 16 ymm accumulators; rows beyond mr are computed on row 0 and dropped.
   for (int i0 = 0; i0 < mr; i0 += 3) {
     const int rows = std::min(3, mr - i0);
@@ -294,15 +294,20 @@ EMBER_AVX512 void gemv_rows_avx512(const float* x, const float* W, int64_t ldw, 
   }
 }
 
+// next_a: MR rows (stride lda) that the next call reads from memory, prefetched one line per row
+// every 16 k, or nullptr.
 template <int MR>
 EMBER_AVX512 inline void ukernel_avx512_t(int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                                          int nr, bool first, const float* bias) {
+                                          int nr, bool first, const float* bias, const float* next_a) {
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
     c0[i] = _mm512_setzero_ps();
     c1[i] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
+    if (next_a != nullptr && (k & 15) == 0) {
+      for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next_a + i * lda + k), _MM_HINT_T0);
+    }
     const __m512 b0 = _mm512_loadu_ps(Bp + k * kNR);
     const __m512 b1 = _mm512_loadu_ps(Bp + k * kNR + 16);
     for (int i = 0; i < MR; ++i) {
@@ -331,22 +336,22 @@ EMBER_AVX512 inline void ukernel_avx512_t(int64_t kc, const float* A, int64_t ld
 }
 
 EMBER_AVX512 void ukernel_avx512(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                                 int nr, bool first, const float* bias) {
+                                 int nr, bool first, const float* bias, const float* next_a) {
   switch (mr) {
-    case 14: ukernel_avx512_t<14>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 13: ukernel_avx512_t<13>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 12: ukernel_avx512_t<12>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 11: ukernel_avx512_t<11>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 10: ukernel_avx512_t<10>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 9: ukernel_avx512_t<9>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 8: ukernel_avx512_t<8>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 7: ukernel_avx512_t<7>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 6: ukernel_avx512_t<6>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 5: ukernel_avx512_t<5>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 4: ukernel_avx512_t<4>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 3: ukernel_avx512_t<3>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    case 2: ukernel_avx512_t<2>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
-    default: ukernel_avx512_t<1>(kc, A, lda, Bp, C, ldc, nr, first, bias); break;
+    case 14: ukernel_avx512_t<14>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 13: ukernel_avx512_t<13>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 12: ukernel_avx512_t<12>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 11: ukernel_avx512_t<11>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 10: ukernel_avx512_t<10>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 9: ukernel_avx512_t<9>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 8: ukernel_avx512_t<8>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 7: ukernel_avx512_t<7>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 6: ukernel_avx512_t<6>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 5: ukernel_avx512_t<5>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 4: ukernel_avx512_t<4>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 3: ukernel_avx512_t<3>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    case 2: ukernel_avx512_t<2>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
+    default: ukernel_avx512_t<1>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
   }
 }
 
@@ -510,7 +515,10 @@ EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64
 #endif  // EMBER_X86
 
 using GemvRowsFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*, const float*);
-using UkernelFn = void (*)(int, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*);
+// (mr, kc, A, lda, Bp, C, ldc, nr, first, bias, next_a): C[mr, nr] (+)= A[mr, kc] · Bp[kc, 32];
+// next_a is the A block of the next call, to prefetch while this one computes (may be null).
+using UkernelFn = void (*)(int, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*,
+                           const float*);
 
 GemvRowsFn gemv_rows_fn() {
 #if EMBER_X86
@@ -702,7 +710,9 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
         const int mr = static_cast<int>(std::min<int64_t>(mr_max, N - n0));
         for (int64_t p = 0; p < mpanels; ++p) {
           const int nr = static_cast<int>(std::min<int64_t>(kNR, M - p * kNR));
-          uk(mr, K, W + n0 * ldb, ldb, Ap.data() + p * K * kNR, tile, kNR, nr, true, nullptr);
+          // The first panel streams this block of W from memory; meanwhile fetch the next block.
+          const float* next = p == 0 && blk + 1 < b1 ? W + (n0 + mr_max) * ldb : nullptr;
+          uk(mr, K, W + n0 * ldb, ldb, Ap.data() + p * K * kNR, tile, kNR, nr, true, nullptr, next);
           for (int j = 0; j < nr; ++j) {
             float* crow = C + (p * kNR + j) * ldc + n0;
             for (int i = 0; i < mr; ++i) crow[i] = tile[i * kNR + j] + (bias ? bias[n0 + i] : 0.0f);
@@ -727,7 +737,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
         pack_b(B, bdt, ldb, b_nk, n0, nr, k0, kc, Bp.data());
         for (int64_t m = m0; m < m1; m += kMR) {
           const int mr = static_cast<int>(std::min<int64_t>(kMR, m1 - m));
-          uk(mr, kc, A + m * lda + k0, lda, Bp.data(), C + m * ldc + n0, ldc, nr, k0 == 0, bias ? bias + n0 : nullptr);
+          uk(mr, kc, A + m * lda + k0, lda, Bp.data(), C + m * ldc + n0, ldc, nr, k0 == 0, bias ? bias + n0 : nullptr,
+             nullptr);
         }
       }
     }
