@@ -119,7 +119,16 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
   // Very short contexts run on the calling thread: waking the pool costs more than the work.
   // (Beyond that, the cache rows come from DRAM: the weight stream evicts them every token.)
   const bool parallel = B * Hq * n * D >= (1 << 14);
-  const int64_t want = parallel ? std::max<int64_t>(1, (4 * get_num_threads() + B * Hkv - 1) / (B * Hkv)) : 1;
+  // About 4 tasks per thread, and a whole number of tasks per thread (3 kv heads on 2 threads
+  // would otherwise leave one thread a fifth idle).
+  const int64_t threads = get_num_threads(), heads = B * Hkv;
+  int64_t want = parallel ? std::max<int64_t>(1, (4 * threads + heads - 1) / heads) : 1;
+  for (int64_t c = want; parallel && c < want + threads; ++c) {
+    if ((heads * c) % threads == 0) {
+      want = c;
+      break;
+    }
+  }
   const int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(want, (n + 31) / 32));
   const int64_t chunk = (n + nchunks - 1) / nchunks;
   const int64_t tasks = B * Hkv * nchunks, slot = D + 2;  // slot: running max, sum, output[D]
@@ -127,21 +136,32 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
   part_storage.resize(static_cast<size_t>(tasks * group * slot));
   float* const part = part_storage.data();  // a plain pointer: worker threads see the caller's buffer
   const float* qp = q.ptr<float>();
+  // The query heads of a group walk the chunk together, one block of rows at a time: each K/V
+  // row comes from memory once and is reused from L1 by the other heads of its group.
+  constexpr int64_t kBlock = 64;
   auto body = [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(chunk));
+    scores.resize(static_cast<size_t>(group * chunk));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t c = task % nchunks, hk = (task / nchunks) % Hkv, b = task / (nchunks * Hkv);
       const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk), nk = k1 - k0;
-      const int64_t base = ((b * Hkv + hk) * S + k0) * D;
+      const float* K = kc.ptr<float>() + ((b * Hkv + hk) * S + k0) * D;
+      const float* V = vc.ptr<float>() + ((b * Hkv + hk) * S + k0) * D;
+      const float* qg = qp + (b * Hq + hk * group) * D;  // the group's query heads, D apart
+      float* const sl0 = part + task * group * slot;
       for (int64_t g = 0; g < group; ++g) {
-        float* sl = part + (task * group + g) * slot;
+        float* sl = sl0 + g * slot;
         sl[0] = -std::numeric_limits<float>::infinity();
         sl[1] = 0;
-        if (nk <= 0) continue;
-        const float* qr = qp + (b * Hq + hk * group + g) * D;
-        float* s = scores.data();
-        gemv_rows_f32(qr, kc.ptr<float>() + base, D, D, 0, nk, s);
+        std::fill(sl + 2, sl + slot, 0.0f);
+      }
+      if (nk <= 0) continue;
+      for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+        const int64_t nb = std::min(kBlock, nk - j0);
+        for (int64_t g = 0; g < group; ++g) gemv_rows_f32(qg + g * D, K + j0 * D, D, D, 0, nb, scores.data() + g * chunk + j0);
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * chunk;
         float mx = 0, sum = 0;
         if (cap > 0) {
           for (int64_t j = 0; j < nk; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
@@ -149,10 +169,14 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
         } else {
           sum = scaled_softmax_f32(s, nk, sc, &mx);
         }
-        sl[0] = mx;
-        sl[1] = sum;
-        std::fill(sl + 2, sl + slot, 0.0f);
-        weighted_rows_sum_f32(s, vc.ptr<float>() + base, D, nk, D, sl + 2);
+        sl0[g * slot] = mx;
+        sl0[g * slot + 1] = sum;
+      }
+      for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+        const int64_t nb = std::min(kBlock, nk - j0);
+        for (int64_t g = 0; g < group; ++g) {
+          weighted_rows_sum_f32(scores.data() + g * chunk + j0, V + j0 * D, D, nb, D, sl0 + g * slot + 2);
+        }
       }
     }
   };
