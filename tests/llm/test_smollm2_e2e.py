@@ -194,3 +194,22 @@ def test_cli_inspect_state_sizes_are_ints(smol) -> None:
     assert f"k_cache_0: [1, 3, {MAX_CONTEXT_LEN}, 64]" in text
     info = json.loads(ember_cli("inspect", str(smol), "--json").stdout)
     assert info["state"][0]["sizes"] == [1, 3, MAX_CONTEXT_LEN, 64]
+
+
+# --- 5. the side-by-side benchmark script runs (its figures are reported, not asserted) --------
+def test_bench_script_side_by_side(smol) -> None:
+    pytest.importorskip("transformers")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "evals/bench_hf_vs_ember.py"), "--ember-file", str(smol), "--repeats", "2",
+         "--prompt-len", "16", "--gen-len", "4", "--positions", "20", "300", "--decode-steps", "2", "--json"],
+        check=False, capture_output=True, text=True, cwd=str(ROOT), timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    info = json.loads(result.stdout)
+    assert info["prompt_tokens"] == 16 and info["generated_tokens"] == 4
+    for side in ("ember", "hf_eager"):
+        assert len(info[side]["decode_runs"]) == 2
+        assert info[side]["prefill_tokens_per_s"] > 0 and info[side]["decode_tokens_per_s"] > 0
+    ratio = info["ember"]["decode_tokens_per_s"] / info["hf_eager"]["decode_tokens_per_s"]
+    assert info["ratio_decode_tokens_per_s"] == pytest.approx(ratio)
+    assert set(info["ember_decode_by_position"]) == {"20", "300"}
+    assert all(v > 0 for v in info["ember_decode_by_position"].values())
