@@ -9,10 +9,12 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "ember/runtime/thread_pool.h"
@@ -335,24 +337,17 @@ EMBER_AVX512 inline void ukernel_avx512_t(int64_t kc, const float* A, int64_t ld
   }
 }
 
+using Avx512Tile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*,
+                           const float*);
+template <size_t... I>
+constexpr std::array<Avx512Tile, sizeof...(I)> avx512_tiles(std::index_sequence<I...>) {
+  return {&ukernel_avx512_t<static_cast<int>(I) + 1>...};
+}
+constexpr auto kAvx512Tiles = avx512_tiles(std::make_index_sequence<14>());  // mr = 1..14
+
 EMBER_AVX512 void ukernel_avx512(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
                                  int nr, bool first, const float* bias, const float* next_a) {
-  switch (mr) {
-    case 14: ukernel_avx512_t<14>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 13: ukernel_avx512_t<13>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 12: ukernel_avx512_t<12>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 11: ukernel_avx512_t<11>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 10: ukernel_avx512_t<10>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 9: ukernel_avx512_t<9>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 8: ukernel_avx512_t<8>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 7: ukernel_avx512_t<7>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 6: ukernel_avx512_t<6>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 5: ukernel_avx512_t<5>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 4: ukernel_avx512_t<4>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 3: ukernel_avx512_t<3>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    case 2: ukernel_avx512_t<2>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-    default: ukernel_avx512_t<1>(kc, A, lda, Bp, C, ldc, nr, first, bias, next_a); break;
-  }
+  kAvx512Tiles[static_cast<size_t>(std::clamp(mr, 1, 14) - 1)](kc, A, lda, Bp, C, ldc, nr, first, bias, next_a);
 }
 
 EMBER_AVX512 void axpy_avx512(float s, const float* x, float* y, int64_t n) {
