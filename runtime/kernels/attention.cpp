@@ -108,6 +108,14 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
   return Error::ok();
 }
 
+// Scores s[0..n) -> exp(s' - max s') with s' = s * sc, soft-capped to cap * tanh(s' / cap) when
+// cap > 0 (Gemma 2). Returns the sum; *mx gets the max.
+float capped_softmax(float* s, int64_t n, float sc, float cap, float* mx) {
+  if (cap <= 0) return scaled_softmax_f32(s, n, sc, mx);
+  for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
+  return scaled_softmax_f32(s, n, 1.0f, mx);
+}
+
 // Decode (T == 1, fp32): the attended keys are split into chunks across threads (flash-decoding);
 // a task handles one (batch, kv head, chunk) for all query heads sharing that kv head, so each
 // K/V row is read once per step, and the chunks' partial softmax results are merged exactly.
@@ -162,13 +170,8 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * chunk;
-        float mx = 0, sum = 0;
-        if (cap > 0) {
-          for (int64_t j = 0; j < nk; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
-          sum = scaled_softmax_f32(s, nk, 1.0f, &mx);
-        } else {
-          sum = scaled_softmax_f32(s, nk, sc, &mx);
-        }
+        float mx = 0;
+        const float sum = capped_softmax(s, nk, sc, cap, &mx);
         sl0[g * slot] = mx;
         sl0[g * slot + 1] = sum;
       }
@@ -301,13 +304,8 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
         const int64_t n = hi - lo;
         float* s = scores.data();
         gemv_rows_f32(qr, kbase + (lo - lo_all) * D, D, D, 0, n, s);
-        float mx = 0, sum = 0;
-        if (cap > 0) {
-          for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
-          sum = scaled_softmax_f32(s, n, 1.0f, &mx);
-        } else {
-          sum = scaled_softmax_f32(s, n, sc, &mx);
-        }
+        float mx = 0;
+        const float sum = capped_softmax(s, n, sc, cap, &mx);
         // out[b, i, h, :]
         const int64_t ooff = ((b * T + i) * Hq + h) * D;
         float* o = out_f32 ? out->ptr<float>() + ooff : obuf.data();
