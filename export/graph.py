@@ -23,10 +23,26 @@ class LoweringGraph:
     output_kinds: list[str | None]                   # per graph output: None (user output) or the buffer it updates
     range_constraints: dict[Any, Any]
     notes: list[str] = field(default_factory=list)   # what passes did, for the summary
+    constant_names: dict[Node, str] = field(default_factory=dict)  # constant -> its state-dict name
 
     @property
     def graph(self) -> torch.fx.Graph:
         return self.gm.graph
+
+    def remove_dead_nodes(self) -> int:
+        """Erases unused call_function / get_attr nodes (and their constants) until none is left
+        (the graph is functional, so this is safe); returns how many."""
+        before = len(self.graph.nodes)
+        changed = True
+        while changed:
+            changed = False
+            for node in reversed(list(self.graph.nodes)):
+                if node.op in ("call_function", "get_attr") and not node.users:
+                    self.graph.erase_node(node)
+                    self.constants.pop(node, None)
+                    self.constant_names.pop(node, None)
+                    changed = True
+        return before - len(self.graph.nodes)
 
     def _outputs(self) -> list[Any]:
         # Read from the output node each time: passes replace the nodes that feed it.
@@ -56,6 +72,7 @@ def build_lowering_graph(name: str, ep: ExportedProgram, mutable_buffers: set[st
     inputs: list[Node] = []
     constants: dict[Node, torch.Tensor] = {}
     state: dict[Node, str] = {}
+    names: dict[Node, str] = {}
     for spec in sig.input_specs:
         node = placeholders[spec.arg.name]
         if spec.kind == InputKind.USER_INPUT:
@@ -69,8 +86,10 @@ def build_lowering_graph(name: str, ep: ExportedProgram, mutable_buffers: set[st
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             value = state_dict[spec.target] if spec.target in state_dict else ep.constants[spec.target]
             constants[node] = value
+            names[node] = spec.target
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             constants[node] = ep.constants[spec.target]
+            names[node] = spec.target
         else:
             raise ExportError(f"method '{name}': input kind {spec.kind.name} ('{node.name}') is not supported")
     output_kinds: list[str | None] = []
@@ -83,7 +102,8 @@ def build_lowering_graph(name: str, ep: ExportedProgram, mutable_buffers: set[st
             raise ExportError(
                 f"method '{name}': output kind {spec.kind.name} is not supported (ember methods may mutate "
                 "buffers, not their inputs: copy the input into a buffer instead)")
-    return LoweringGraph(name, ep.graph_module, inputs, constants, state, output_kinds, dict(ep.range_constraints))
+    return LoweringGraph(name, ep.graph_module, inputs, constants, state, output_kinds, dict(ep.range_constraints),
+                         constant_names=names)
 
 
 def shape_bounds(shape: Any, range_constraints: dict[Any, Any], where: str) -> tuple[list[int], list[bool]]:

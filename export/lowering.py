@@ -51,9 +51,12 @@ def runtime_kernels() -> dict[str, KernelInfo]:
 
 def normalize(ep: ExportedProgram, kernels: Mapping[str, KernelInfo],
               partitioners: tuple[Partitioner, ...]) -> ExportedProgram:
-    """Decompose to core ATen, except ops the runtime (or a partitioner) implements whole."""
+    """Decompose to core ATen, except ops the runtime (or a partitioner) implements whole and the
+    patterns' ops the passes fuse (torchao's quantization primitives)."""
+    from ember.export.passes import ops_the_passes_fuse
+
     table = torch.export.default_decompositions()
-    keep = {op for p in partitioners for op in p.ops_to_not_decompose()}
+    keep = {op for p in partitioners for op in p.ops_to_not_decompose()} | ops_the_passes_fuse()
     for op in list(table.keys()):
         if op in keep or op_name(op) in kernels:
             del table[op]

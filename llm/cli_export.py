@@ -8,12 +8,19 @@ from typing import Any
 
 
 def run(args: argparse.Namespace) -> int:
+    from ember.quant.cli_args import recipe_from_args
+
+    try:
+        quant = recipe_from_args(args)  # a bad recipe fails before torch is even imported
+    except ValueError as exc:
+        print(f"ember export: {exc}", file=sys.stderr)
+        return 2
     from ember.llm.exporter import export_llm
     from ember.llm.source import SourceError
 
     try:
         export_llm(args.source, args.output, max_context_len=args.max_context_len, max_seq_len=args.max_seq_len,
-                   dtype=args.dtype, backend=args.backend, logits=args.logits, progress=not args.quiet)
+                   dtype=args.dtype, quant=quant, backend=args.backend, logits=args.logits, progress=not args.quiet)
     except (SourceError, ValueError, FileNotFoundError) as exc:
         print(f"ember export: {exc}", file=sys.stderr)
         return 1
@@ -39,4 +46,7 @@ def register(sub: Any) -> None:
     p.add_argument("--logits", default="last", choices=["last", "all"],
                    help="'last': logits of the last position (generation); 'all': every position (evals)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
+    from ember.quant.cli_args import add_quant_arguments
+
+    add_quant_arguments(p)
     p.set_defaults(func=run)

@@ -14,7 +14,7 @@ from .config import DType, ExportConfig, LogitsMode
 from .exportable import ExportableLLM
 from .source import LoadedSource, load_source, tokenizer_config_json
 
-__all__ = ["export_llm", "build_metadata", "export_program"]
+__all__ = ["export_llm", "build_metadata", "export_program", "StageTimer"]
 
 
 def _ember_version() -> str:
@@ -84,22 +84,95 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
     return metadata
 
 
+class StageTimer:
+    """Wall time of each export stage, for the summary and ``export.stage_seconds``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._started = time.perf_counter()
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(now - self._started, 2)
+        self._started = now
+
+    def summary(self) -> str:
+        total = sum(self.seconds.values())
+        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items()) + f" (total {total:.1f} s)"
+
+
+def _quant_arg(quant: Any) -> Any:
+    """None | "gguf" | a QuantRecipe (a preset name is resolved here, before anything loads)."""
+    if quant is None:
+        return None
+    from ember.quant.presets import GGUF, get_preset
+    from ember.quant.recipe import QuantRecipe
+
+    if isinstance(quant, QuantRecipe) or quant == GGUF:
+        return quant
+    if isinstance(quant, str):
+        return get_preset(quant)
+    raise ValueError(f"quant must be a preset name, 'gguf' or a QuantRecipe, got {type(quant).__name__}")
+
+
+def _quantize(loaded: LoadedSource, source: Any, quant: Any, progress: bool) -> dict[str, Any]:
+    """Quantizes the loaded model in place; returns the quant.* metadata."""
+    from ember.quant.presets import GGUF
+
+    if quant == GGUF:
+        from ember.quant.gguf import apply_gguf_weights
+
+        path = Path(str(source)) if not isinstance(source, torch.nn.Module) else None
+        if path is None or path.suffix.lower() != ".gguf":
+            raise ValueError(f"--quant gguf keeps a GGUF file's own blocks; the source {loaded.name!r} is not a "
+                             ".gguf file (use a recipe such as --quant q4 for other sources)")
+        report = apply_gguf_weights(loaded.model, path)
+        if progress:
+            print(report.summary())
+        return {"quant.recipe": GGUF, "quant.summary": report.summary()}
+    from ember.quant.apply import quantize_model
+
+    plan = quantize_model(loaded.model, quant)
+    if progress:
+        print(plan.summary())
+    metadata: dict[str, Any] = {"quant.recipe": quant.name, "quant.json": quant.to_json(),
+                                "quant.summary": plan.summary()}
+    for part in ("linear", "embedding", "output"):
+        spec = getattr(quant, part)
+        metadata[f"quant.{part}"] = spec.describe() if spec is not None else ("auto" if part == "output" else "float")
+    return metadata
+
+
 def export_program(
     source: Any,
     config: ExportConfig,
     tokenizer: Any = None,
     progress: bool = True,
+    quant: Any = None,
+    timer: StageTimer | None = None,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any], ExportableLLM]:
-    """Load + torch.export only (no lowering): the ExportedProgram, its metadata and the wrapper."""
-    with tqdm(total=2, desc="ember export", unit="stage", disable=not progress) as bar:
+    """Load (+ quantize) + torch.export only (no lowering): the ExportedProgram, its metadata and the wrapper."""
+    timer = timer or StageTimer()
+    quant = _quant_arg(quant)
+    with tqdm(total=3, desc="ember export", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("loading")
         loaded = load_source(source, config.dtype.value, tokenizer)
-        wrapper = ExportableLLM(loaded.model, config)
+        timer.done("load")
         bar.update(1)
+        quant_metadata = {}
+        if quant is not None:
+            bar.set_postfix_str("quantizing")
+            quant_metadata = _quantize(loaded, source, quant, progress)
+            timer.done("quantize")
+        bar.update(1)
+        wrapper = ExportableLLM(loaded.model, config)
         bar.set_postfix_str("torch.export")
         exported = wrapper.export()
+        timer.done("torch.export")
         bar.update(1)
-    return exported, build_metadata(loaded, wrapper, config), wrapper
+    metadata = build_metadata(loaded, wrapper, config)
+    metadata.update(quant_metadata)
+    return exported, metadata, wrapper
 
 
 def export_llm(
@@ -109,6 +182,7 @@ def export_llm(
     max_context_len: int = 2048,
     max_seq_len: int = 128,
     dtype: str | DType = "float32",
+    quant: Any = None,
     backend: str | None = None,
     logits: str | LogitsMode = "last",
     tokenizer: Any = None,
@@ -124,10 +198,13 @@ def export_llm(
     max_context_len: KV cache slots (prompt + generated tokens).
     max_seq_len: the most tokens one call takes (prefill chunk); decode uses 1.
     dtype: "float32" | "bfloat16" | "float16" weights/activations.
+    quant: None (full precision), a preset name ("q8", "q4", "8da4w"), "gguf" (keep a GGUF
+        source's own quantized blocks exactly) or an ``ember.quant.QuantRecipe``.
     backend: name of an ember delegate to partition to (None = portable kernels).
     logits: "last" ([1, vocab], generation) or "all" ([1, T, vocab], evals).
     """
     config = ExportConfig(max_context_len=max_context_len, max_seq_len=max_seq_len, dtype=dtype, logits=logits)
+    quant = _quant_arg(quant)  # a bad preset fails here, before anything loads
     try:
         from ember.export import lower
     except ImportError as error:
@@ -139,19 +216,22 @@ def export_llm(
     from ember.export.backend import get_partitioner
 
     partitioners = (get_partitioner(backend),) if backend is not None else ()  # fail before the slow part
-    started = time.perf_counter()
-    exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress)
+    timer = StageTimer()
+    exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress, quant=quant,
+                                           timer=timer)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
         program = lower(exported, partitioners=partitioners, metadata=metadata)
+        timer.done("lower")
         bar.update(1)
         bar.set_postfix_str("writing")
         if output is None and not isinstance(source, torch.nn.Module):
             output = Path(Path(str(source)).name).with_suffix(".ember")
         size = program.save(str(output), progress=progress) if output is not None else program.size
+        timer.done("write")
         bar.update(1)
     if progress:
         print(program.summary())
         where = f"wrote {output}" if output is not None else "in memory"
-        print(f"{where}: {size / 2**20:.1f} MiB in {time.perf_counter() - started:.1f} s")
+        print(f"{where}: {size / 2**20:.1f} MiB; {timer.summary()}")
     return program

@@ -7,7 +7,7 @@ Each pass is one file exposing a function `(LoweringGraph, PassContext) -> None`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ember.export.graph import LoweringGraph
 
@@ -30,6 +30,13 @@ def register_pass(name: str) -> Callable[[PassFn], PassFn]:
     return deco
 
 
+def ops_the_passes_fuse() -> set[Any]:
+    """Ops that decomposition must leave whole so a pass can recognize their pattern."""
+    from ember.export.passes._quant_match import torchao_quant_ops
+
+    return torchao_quant_ops()
+
+
 def run_passes(g: LoweringGraph, ctx: PassContext, skip: frozenset[str] = frozenset()) -> None:
     _load_builtin_passes()
     for name, fn in PASSES:
@@ -44,6 +51,8 @@ def _load_builtin_passes() -> None:
         drop_asserts,
         remove_noops,
         specialize_sym_sizes,
+        fuse_quantized_linear,  # before constant folding, which would dequantize the weights
+        fuse_quantized_embedding,
         constant_folding,
         fuse_sibling_linears,
         fuse_rms_norm,
