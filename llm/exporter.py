@@ -150,8 +150,13 @@ def export_program(
     progress: bool = True,
     quant: Any = None,
     timer: StageTimer | None = None,
+    lowering: bool = False,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any], ExportableLLM]:
-    """Load (+ quantize) + torch.export only (no lowering): the ExportedProgram, its metadata and the wrapper."""
+    """Load (+ quantize) + torch.export only (no lowering): the ExportedProgram, its metadata and the wrapper.
+
+    lowering: the caller passes the program to ``ember.export.lower`` (which functionalizes it), so
+        the functionalization pass is skipped here.
+    """
     timer = timer or StageTimer()
     quant = _quant_arg(quant)
     with tqdm(total=3, desc="ember export", unit="stage", disable=not progress) as bar:
@@ -167,7 +172,7 @@ def export_program(
         bar.update(1)
         wrapper = ExportableLLM(loaded.model, config)
         bar.set_postfix_str("torch.export")
-        exported = wrapper.export()
+        exported = wrapper.export(functionalize=not lowering)
         timer.done("torch.export")
         bar.update(1)
     metadata = build_metadata(loaded, wrapper, config)
@@ -218,7 +223,7 @@ def export_llm(
     partitioners = (get_partitioner(backend),) if backend is not None else ()  # fail before the slow part
     timer = StageTimer()
     exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress, quant=quant,
-                                           timer=timer)
+                                           timer=timer, lowering=True)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
         program = lower(exported, partitioners=partitioners, metadata=metadata)
