@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "ember.llm.cli_chat",
     "ember.llm.cli_bench",
     "ember.export.cli_inspect",
+    "ember.evals.cli_eval",
 )
 
 

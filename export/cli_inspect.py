@@ -9,6 +9,8 @@ from typing import Any
 
 from ember.export.program import Program, _human, _seq
 
+EVAL_PREFIX = "eval."  # quality results written by `ember eval --record`, shown in their own section
+
 
 def describe(path: str) -> dict[str, Any]:
     import ember.runtime
@@ -43,7 +45,14 @@ def render(info: dict[str, Any]) -> str:
     out.append(f"segments: {seg['count']} ({_human(seg['total'])}, largest {_human(seg['largest'])})")
     out.append("metadata:")
     for k, v in sorted(info["metadata"].items()):
-        out.append(f"  {k} = {v}")
+        if not k.startswith(EVAL_PREFIX):
+            out.append(f"  {k} = {v}")
+    evals = {k[len(EVAL_PREFIX):]: v for k, v in info["metadata"].items() if k.startswith(EVAL_PREFIX)}
+    if evals:
+        out.append("eval (recorded by `ember eval --record`):")
+        width = max(len(k) for k in evals)
+        for k, v in sorted(evals.items()):
+            out.append(f"  {k:<{width}}  {f'{v:.6g}' if isinstance(v, float) else v}")
     if info["state"]:
         out.append("state:")
         for s in info["state"]:
