@@ -116,3 +116,17 @@ def test_missing_file_and_bad_reference_are_refused(tiny, tmp_path) -> None:
 def test_the_corpus_defaults_to_the_bundled_book(tiny) -> None:
     result = evaluate(tiny.all, tokens=64, progress=False)
     assert result.corpus.startswith("pride_and_prejudice.txt (sha256 ")
+
+
+def test_the_file_side_never_imports_torch(tiny) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, ember.evals\n"
+            "assert 'torch' not in sys.modules\n"
+            f"r = ember.evals.evaluate({str(tiny.last)!r}, tokens=64, progress=False)\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch was imported'\n"
+            "print(r.perplexity)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.strip()) > 1.0
