@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ember.export.program import Program, _human, _seq
+from ember.export.weights_report import WeightRow, render_weights, rows_as_dicts, weight_rows
 
 EVAL_PREFIX = "eval."  # quality results written by `ember eval --record`, shown in their own section
 
@@ -36,6 +37,7 @@ def describe(path: str) -> dict[str, Any]:
                    "sizes": [int(x) for x in _seq(s.sizes)]} for s in _seq(prog.root.state)],
         "segments": {"count": len(seg_sizes), "total": sum(seg_sizes), "largest": max(seg_sizes, default=0)},
         "methods": {name: prog.method_stats(name) for name in prog.methods},
+        "weights": rows_as_dicts(weight_rows(prog, prog.methods[0])) if prog.methods else [],
     }
 
 
@@ -70,6 +72,9 @@ def render(info: dict[str, Any]) -> str:
         out.append("  ops:")
         for op, n in m["ops"].items():
             out.append(f"    {n:5d}  {op}")
+    rows = [WeightRow(w["name"], tuple(w["shape"]), w["format"], w["bytes"], w["users"]) for w in info["weights"]]
+    first = next(iter(info["methods"].values()), None)
+    out.extend(render_weights(rows, first["constants_bytes"] if first else 0))
     return "\n".join(out)
 
 

@@ -136,6 +136,7 @@ class MethodEmitter:
             t = self.g.constants[node]
             tt = self._tensor(t.dtype, t.shape, Storage.Constant, f"constant '{node.name}'")
             tt.segment = self.segments.add(tensor_bytes(t))
+            tt.name = self.g.constant_names.get(node, node.name)
             idx = self._add(ValueKind.Tensor, tt)
         elif node in self.g.state:
             name = self.g.state[node]

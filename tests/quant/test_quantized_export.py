@@ -56,6 +56,7 @@ def _export(case: str, recipe: QuantRecipe, tmp_path: Path):
     return path, program, model, config, plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 @pytest.mark.parametrize("case", sorted(TINY_CONFIGS))
 def test_quantized_runtime_matches_torchao_eager(case: str, recipe: str, tmp_path: Path) -> None:
