@@ -576,5 +576,6 @@ void register_factory_kernels(KernelRegistry& r);
 void register_convert_kernels(KernelRegistry& r);
 void register_sym_kernels(KernelRegistry& r);
 void register_fused_kernels(KernelRegistry& r);
+void register_quantized_kernels(KernelRegistry& r);
 
 }  // namespace ember

@@ -18,6 +18,7 @@ void register_portable_kernels(KernelRegistry& r) {
   register_convert_kernels(r);
   register_sym_kernels(r);
   register_fused_kernels(r);
+  register_quantized_kernels(r);
 }
 
 }  // namespace ember
