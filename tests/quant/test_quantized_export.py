@@ -75,7 +75,11 @@ def test_quantized_runtime_matches_torchao_eager(case: str, recipe: str, tmp_pat
     prompt = torch.randint(3, config.vocab_size, (7,), generator=torch.Generator().manual_seed(7)).tolist()
     expected = reference_greedy(model, prompt, STEPS)
     actual = step_greedy(step, prompt, STEPS, MAX_SEQ_LEN)
-    assert_traces_match(actual, expected, rtol=1e-3)
+    # Dynamic int8 activations: an fp32 difference of one ulp upstream (ember's fused norm/rotary vs HF's
+    # chain) can move one activation across a rounding boundary, a whole quantization step. Tokens must
+    # still match; logits get 5e-2 (measured: up to 1.3e-2 on gemma2/gemma3). Weight-only stays at 1e-3.
+    dynamic = RECIPES[recipe].linear.scheme.dynamic_activations
+    assert_traces_match(actual, expected, rtol=5e-2 if dynamic else 1e-3)
     if plan.tied:
         assert plan.shares_table
 
