@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TEXT = ROOT.parent / "shared" / "data" / "pride_and_prejudice.txt"
+DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"  # bundled in the repo
 
 
 def prompt_ids(tokenizer: Any, text_path: Path, length: int) -> list[int]:

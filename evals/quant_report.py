@@ -49,10 +49,12 @@ def _quant(name: str) -> Any:
                         overrides=recipe.overrides, name=name)
 
 
-def _decode_speed(path: Path, prompt: list[int], gen_len: int, repeats: int, threads: int) -> float:
+def _decode_speed(path: Path, gen_len: int, repeats: int, threads: int) -> float:
+    """Median decode tok/s of ``gen_len`` greedy tokens after a 128-token prompt of prose."""
     import ember
 
     llm = ember.load(path, threads=threads)
+    prompt = llm.tokenizer.encode("It is a truth universally acknowledged " * 16)[:128]
     speeds = []
     for _ in range(repeats):
         llm.reset()
@@ -103,13 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate(path, args.text, reference=reference, tokens=args.tokens, window=args.window,
                           progress=False, threads=args.threads)
         r = result.as_dict()
-        import ember
-
-        prompt = ember.load(path, threads=args.threads).tokenizer.encode("It is a truth universally acknowledged " * 16)[:128]
         rows.append({"recipe": name, "file_mb": round(path.stat().st_size / 1e6, 1), "export_s": round(export_s, 1),
                      "perplexity": r["perplexity"], "ratio": r["ppl_ratio"], "kl_mean": r["kl_mean"],
-                     "top1": r["top1"], "decode_tok_s": round(_decode_speed(path, prompt, args.gen_len, args.repeats,
-                                                                            args.threads), 1)})
+                     "top1": r["top1"], "decode_tok_s": round(_decode_speed(path, args.gen_len, args.repeats, args.threads), 1)})
         print(f"{name}: done", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))

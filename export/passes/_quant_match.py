@@ -171,3 +171,12 @@ def weight_nodes(g: LoweringGraph, before: Node, w: CanonicalWeight) -> tuple[No
     scale = add_constant(g, before, f"{w.name}.scale", w.scale)
     zp = add_constant(g, before, f"{w.name}.zero_point", w.zero_point) if w.zero_point is not None else None
     return qdata, scale, zp
+
+
+def replace_with_call(g: LoweringGraph, node: Node, target: Any, args: tuple[Any, ...]) -> None:
+    """Replaces ``node`` by a call of ``target`` on ``args`` (same meta, same users)."""
+    with g.graph.inserting_before(node):
+        new = g.graph.call_function(target, args)
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    g.graph.erase_node(node)

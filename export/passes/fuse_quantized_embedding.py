@@ -13,7 +13,7 @@ import torch
 from ember.export.graph import LoweringGraph
 from ember.export.passes import PassContext, register_pass
 from ember.export.passes._match import call
-from ember.export.passes._quant_match import canonical_weight, weight_nodes
+from ember.export.passes._quant_match import canonical_weight, replace_with_call, weight_nodes
 
 aten = torch.ops.aten
 
@@ -30,13 +30,8 @@ def fuse_quantized_embedding(g: LoweringGraph, ctx: PassContext) -> None:
         if w is None:
             continue
         qdata, scale, zp = weight_nodes(g, node, w)
-        with g.graph.inserting_before(node):
-            fused_node = g.graph.call_function(
-                torch.ops.ember.quantized_embedding.default,
-                (qdata, scale, zp, None, node.args[1], w.bits, w.group_size, w.dtype))
-        fused_node.meta.update(node.meta)
-        node.replace_all_uses_with(fused_node)
-        g.graph.erase_node(node)
+        replace_with_call(g, node, torch.ops.ember.quantized_embedding.default,
+                          (qdata, scale, zp, None, node.args[1], w.bits, w.group_size, w.dtype))
         fused += 1
     if fused:
         g.remove_dead_nodes()

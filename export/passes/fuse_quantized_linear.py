@@ -16,7 +16,7 @@ import torch
 from ember.export.graph import LoweringGraph
 from ember.export.passes import PassContext, register_pass
 from ember.export.passes._match import call
-from ember.export.passes._quant_match import canonical_weight, dynamic_int8_source, weight_nodes
+from ember.export.passes._quant_match import canonical_weight, dynamic_int8_source, replace_with_call, weight_nodes
 from ember.export.quant_ops import ActQuant
 
 aten = torch.ops.aten
@@ -38,13 +38,8 @@ def fuse_quantized_linear(g: LoweringGraph, ctx: PassContext) -> None:
             x = source
         bias = node.args[2] if len(node.args) > 2 else None
         qdata, scale, zp = weight_nodes(g, node, w)
-        with g.graph.inserting_before(node):
-            fused_node = g.graph.call_function(
-                torch.ops.ember.quantized_linear.default,
-                (x, qdata, scale, zp, None, bias, w.bits, w.group_size, int(act)))
-        fused_node.meta.update(node.meta)
-        node.replace_all_uses_with(fused_node)
-        g.graph.erase_node(node)
+        replace_with_call(g, node, torch.ops.ember.quantized_linear.default,
+                          (x, qdata, scale, zp, None, bias, w.bits, w.group_size, int(act)))
         fused += 1
     if fused:
         g.remove_dead_nodes()

