@@ -97,8 +97,7 @@ class StageTimer:
         self._started = now
 
     def summary(self) -> str:
-        total = sum(self.seconds.values())
-        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items()) + f" (total {total:.1f} s)"
+        return ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
 
 
 def _quant_arg(quant: Any) -> Any:
@@ -238,5 +237,5 @@ def export_llm(
     if progress:
         print(program.summary())
         where = f"wrote {output}" if output is not None else "in memory"
-        print(f"{where}: {size / 2**20:.1f} MiB; {timer.summary()}")
+        print(f"{where}: {size / 2**20:.1f} MiB in {sum(timer.seconds.values()):.1f} s ({timer.summary()})")
     return program

@@ -37,8 +37,8 @@ def smollm2_tokenizer(tmp_path_factory) -> Tokenizer:
 def sp_tokenizer() -> Tokenizer:
     import sentencepiece as spm
 
-    text = (ROOT.parent / "shared" / "data" / "pride_and_prejudice.txt")
-    lines = text.read_text(encoding="utf-8").splitlines()[:3000] if text.exists() else TEXTS * 50
+    text = ROOT / "evals" / "data" / "pride_and_prejudice.txt"  # bundled in the repo
+    lines = text.read_text(encoding="utf-8").splitlines()[:3000]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([line for line in lines if line.strip()]),

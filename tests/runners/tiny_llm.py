@@ -34,8 +34,8 @@ _CACHE: dict[tuple[Any, ...], Path] = {}
 
 
 def corpus() -> str:
-    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "pride_and_prejudice.txt"
-    text = path.read_text(encoding="utf-8")[:20000] if path.exists() else ""
+    path = Path(__file__).resolve().parents[2] / "evals" / "data" / "pride_and_prejudice.txt"  # bundled in the repo
+    text = path.read_text(encoding="utf-8")[:20000]
     return text + "\n" + _FALLBACK_TEXT
 
 
