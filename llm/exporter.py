@@ -125,7 +125,7 @@ def _quantize(loaded: LoadedSource, source: Any, quant: Any, progress: bool) -> 
         if path is None or path.suffix.lower() != ".gguf":
             raise ValueError(f"--quant gguf keeps a GGUF file's own blocks; the source {loaded.name!r} is not a "
                              ".gguf file (use a recipe such as --quant q4 for other sources)")
-        report = apply_gguf_weights(loaded.model, path)
+        report = apply_gguf_weights(loaded.model, loaded.extra.get("gguf_reader", path))
         if progress:
             print(report.summary())
         return {"quant.recipe": GGUF, "quant.summary": report.summary()}

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
 
+from .gguf_parse_once import gguf_parse_once
 from .hf_compat import tokenizer_special_flags
 from .tokenizer import TokenizerKind
 
@@ -78,11 +79,14 @@ def _load_folder(folder: Path, dtype: torch.dtype) -> LoadedSource:
 
 
 def _load_gguf(path: Path, dtype: torch.dtype) -> LoadedSource:
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    # transformers dequantizes GGUF weights (to fp32) while loading.
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, attn_implementation="eager")
+    with gguf_parse_once() as readers:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        # transformers dequantizes GGUF weights (to fp32) while loading.
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype,
+                                                     attn_implementation="eager")
     kind, data = _tokenizer_bytes_from_hf(tokenizer)
-    return LoadedSource(path.name, model, tokenizer, kind, data, _generation_config(model, None))
+    extra = {"gguf_reader": readers[str(path.resolve())]} if str(path.resolve()) in readers else {}
+    return LoadedSource(path.name, model, tokenizer, kind, data, _generation_config(model, None), extra)
 
 
 def load_source(source: Any, dtype: str, tokenizer: Any = None) -> LoadedSource:
