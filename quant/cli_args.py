@@ -43,7 +43,8 @@ def add_quant_arguments(parser: argparse.ArgumentParser) -> None:
                    help="dtype of stored scales and offsets (default float32; float16 saves 2 bytes per group)")
     g.add_argument("--qembedding", choices=["8w", "4w"], help="scheme of the token embedding")
     g.add_argument("--qembedding-group-size", type=int, metavar="N",
-                   help=f"weights per scale for the embedding (default {PER_CHANNEL}: per channel)")
+                   help="weights per scale for the embedding table (default 32, with float16 scales unless "
+                        "--qscale-dtype says otherwise: GGUF's Q8_0 grid; a tied lm_head reads the same table)")
     g.add_argument("--qoutput", choices=_SCHEMES,
                    help="scheme of the output layer (default: a tied lm_head reads the quantized embedding table, "
                         "otherwise it follows --qlinear)")
@@ -91,7 +92,7 @@ def recipe_from_args(args: Any) -> QuantRecipe | str | None:
         raise ValueError("--qlinear-group-size/--qlinear-mapping/--qlinear-algorithm need --qlinear (e.g. --qlinear 8da4w)")
     embedding = base.embedding if base else None
     if args.qembedding or embedding is not None:
-        default = embedding or WeightQuant(Scheme.W8, PER_CHANNEL)
+        default = embedding or WeightQuant(Scheme.W8, 32, scale_dtype=ScaleDType.FLOAT16)
         embedding = _refine(default, args.qembedding, args.qembedding_group_size, None, None, args.qscale_dtype)
     elif args.qembedding_group_size is not None:
         raise ValueError("--qembedding-group-size needs --qembedding (e.g. --qembedding 8w)")

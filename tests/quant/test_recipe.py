@@ -9,7 +9,7 @@ import pytest
 from ember.quant.apply import plan_quantization
 from ember.quant.cli_args import add_quant_arguments, recipe_from_args
 from ember.quant.presets import GGUF, PRESETS, get_preset
-from ember.quant.recipe import PER_CHANNEL, Mapping, Override, QuantRecipe, Scheme, WeightQuant
+from ember.quant.recipe import PER_CHANNEL, Mapping, Override, QuantRecipe, ScaleDType, Scheme, WeightQuant
 
 from tests.llm.tiny_models import make_tiny_model
 
@@ -51,7 +51,10 @@ def test_cli_flags_build_and_refine_recipes() -> None:
     assert recipe_from_args(_args("--quant", "q4")) == PRESETS["q4"]
     assert recipe_from_args(_args("--quant", "gguf")) == GGUF
     r = recipe_from_args(_args("--qlinear", "8da4w", "--qlinear-group-size", "32", "--qembedding", "8w"))
-    assert r.linear == WeightQuant(Scheme.DA8W4, 32) and r.embedding == WeightQuant(Scheme.W8, PER_CHANNEL)
+    assert r.linear == WeightQuant(Scheme.DA8W4, 32)
+    assert r.embedding == WeightQuant(Scheme.W8, 32, scale_dtype=ScaleDType.FLOAT16)  # the Q8_0 grid by default
+    r = recipe_from_args(_args("--qembedding", "4w", "--qembedding-group-size", "0", "--qscale-dtype", "bfloat16"))
+    assert r.linear is None and r.embedding == WeightQuant(Scheme.W4, PER_CHANNEL, scale_dtype=ScaleDType.BFLOAT16)
     r = recipe_from_args(_args("--quant", "q4", "--qlinear-group-size", "64", "--qoverride", "*.down_proj=8w:0"))
     assert r.linear.group_size == 64 and r.linear.mapping is Mapping.FLOAT_OFFSET and r.name == "q4+custom"
     assert r.overrides[-1].quant.scheme is Scheme.W8 and r.overrides[-1].quant.group_size == PER_CHANNEL
