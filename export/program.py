@@ -231,9 +231,10 @@ class Program:
             "portable_nodes": sum(ops.values()),
             "arena_size": int(m.arenaSize),
             "activation_bytes": int(m.activationBytes),
-            "constants_bytes": sum(
-                int(v.v.nbytes) for v in _seq(m.values)
-                if v.vType == ValueKind.Tensor and v.v.storage == Storage.Constant),
+            # Distinct bytes: values that alias one stored tensor (a tied table) count once.
+            "constants_bytes": sum({
+                (int(v.v.segment), int(v.v.offset)): int(v.v.nbytes) for v in _seq(m.values)
+                if v.vType == ValueKind.Tensor and v.v.storage == Storage.Constant}.values()),
         }
 
     def summary(self) -> str:

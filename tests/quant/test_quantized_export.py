@@ -90,10 +90,12 @@ def _segment_sizes(path: Path) -> list[int]:
 
 def test_tied_table_is_stored_once(tmp_path: Path) -> None:
     recipe = QuantRecipe(linear=WeightQuant(Scheme.W4, 32), embedding=WeightQuant(Scheme.W8, PER_CHANNEL))
-    path, _, model, config, plan = _export("llama", recipe, tmp_path)
+    path, program, model, config, plan = _export("llama", recipe, tmp_path)
     assert plan.tied and plan.shares_table
     table = config.vocab_size * config.hidden_size  # int8 codes: one byte per weight
     assert _segment_sizes(path).count(table) == 1
+    # Two ops read the table; the method's constant bytes count it once.
+    assert program.method_stats("forward")["constants_bytes"] <= sum(_segment_sizes(path))
     # Untied: a different output scheme stores a second table.
     recipe = QuantRecipe(linear=WeightQuant(Scheme.W4, 32), embedding=WeightQuant(Scheme.W8, PER_CHANNEL),
                          output=WeightQuant(Scheme.W8, 32))
