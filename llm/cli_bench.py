@@ -48,15 +48,13 @@ def prompt_ids(llm: Any, length: int, text_path: Path | None) -> list[int]:
 
 
 def machine() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "logical_cpus": os.cpu_count(), "platform": platform.platform()}
+    """The CPU, its features and the kernel level each kernel family runs at (from the runtime)."""
+    from ember.runtime import cpu_info
+
+    info = cpu_info()
+    features = [name for name, present in info["features"].items() if present]
+    return {"cpu": info["model"] or platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
+            "platform": platform.platform(), "features": features, "isa": info["isa"], "kernels": info["kernels"]}
 
 
 def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, threads: int | None,
@@ -114,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     m = result["machine"]
     print(f"{result['file']} on {m['cpu']} ({m['logical_cpus']} logical CPUs), {result['threads']} threads")
+    print(f"  kernels: {m['isa']} (CPU features: {', '.join(m['features']) or 'none beyond baseline'})")
+    below = sorted(f"{name} {isa}" for name, isa in m["kernels"].items() if isa != m["isa"])
+    if below:
+        print(f"  below {m['isa']}: {', '.join(below)}")
     print(f"  prompt {result['prompt_tokens']} tokens, generate {result['generated_tokens']} (greedy), "
           f"median of {result['repeats']}")
     print(f"  load            {result['load_ms']:10.1f} ms ({result['weights']})")

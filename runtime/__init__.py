@@ -17,7 +17,7 @@ from ember.runtime.errors import (
     NotSupportedError,
     OutOfMemoryError,
 )
-from ember.runtime.program import Program, backend_ids, get_num_threads, kernel_names, load, set_num_threads
+from ember.runtime.program import Program, backend_ids, cpu_info, get_num_threads, kernel_names, load, set_num_threads
 
 __all__ = [
     "EmberError",
@@ -30,6 +30,7 @@ __all__ = [
     "OutOfMemoryError",
     "Program",
     "backend_ids",
+    "cpu_info",
     "get_num_threads",
     "kernel_names",
     "load",

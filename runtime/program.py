@@ -99,6 +99,18 @@ def kernel_names() -> list[str]:
     return list(_C.kernel_names())
 
 
+def cpu_info() -> dict[str, Any]:
+    """The CPU and the kernels chosen for it (detected once per process).
+
+    Keys: ``model`` (the CPU's name), ``features`` (avx2, fma, f16c, avx512f/bw/vl, avx512_vnni,
+    avx_vnni, amx_tile, amx_int8: bool), ``best_isa`` (the highest kernel level this CPU runs),
+    ``isa`` (the level in use: ``EMBER_KERNEL_ISA`` when set, else ``best_isa``), ``isa_error``
+    (why ``EMBER_KERNEL_ISA`` is refused, or None; loading a program then fails with it) and
+    ``kernels`` (each kernel family, e.g. ``"f32.gemv"``, and the level its version uses).
+    """
+    return dict(_C.cpu_info())
+
+
 def backend_ids() -> list[str]:
     return list(_C.backend_ids())
 

@@ -1,8 +1,7 @@
 // fp32 matrix products for the portable kernels (linear, mm, bmm, addmm, matmul).
 //
-// Paths are chosen once at run time: AVX-512 (avx512f+fma) or AVX2 (avx2+fma) when the CPU
-// has them, else portable C++. EMBER_KERNEL_ISA=portable|avx2|avx512 forces a lower path
-// (for tests and comparisons); a path the CPU lacks is never chosen.
+// Each function runs the version of ember::kernel_isa() (ember/runtime/cpu.h), from the table in
+// f32_kernels.h: AVX-512, AVX2 or portable C++.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +10,6 @@
 
 namespace ember {
 namespace kern {
-
-enum class Isa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
-Isa cpu_isa();
-const char* isa_name(Isa isa);
 
 // C[M, N] = A[M, K] · op(B) (+ bias[N]); A, C, bias fp32 row-major with leading dims lda/ldc.
 // B is any float dtype (fp32/fp16/bf16; converted while packing):

@@ -1,5 +1,7 @@
 #include "kernel_utils.h"
 
+#include "f32_kernels.h"
+
 namespace ember {
 namespace kern {
 
@@ -7,6 +9,10 @@ void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, in
   if (n <= 0) return;
   if (src_dt == dst_dt) {
     copy_bytes(dst, src, static_cast<size_t>(n) * dtype_size(src_dt));
+    return;
+  }
+  if (src_dt == DType::kFloat16 && dst_dt == DType::kFloat32) {  // scales, caches: F16C when the CPU has it
+    kern::f32_kernels().half_to_float.fn(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
     return;
   }
   dispatch_storage(src_dt, [&](auto s) {

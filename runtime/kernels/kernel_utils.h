@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ember/runtime/cpu.h"
 #include "ember/runtime/dtype.h"
 #include "ember/runtime/error.h"
 #include "ember/runtime/evalue.h"
@@ -577,5 +578,7 @@ void register_convert_kernels(KernelRegistry& r);
 void register_sym_kernels(KernelRegistry& r);
 void register_fused_kernels(KernelRegistry& r);
 void register_quantized_kernels(KernelRegistry& r);
+// Appends the quantized row kernels' level (see ember/runtime/cpu.h: kernel_paths()).
+void describe_quantized_kernels(std::vector<KernelPath>& out);
 
 }  // namespace ember

@@ -20,7 +20,7 @@
 // the reference does it and take the weight-only kernels.
 //
 // Row kernels come from a table per ISA (portable C++; AVX2, which AVX-512 CPUs use as well),
-// chosen once from kern::cpu_isa() (EMBER_KERNEL_ISA=portable forces the portable one). Threads
+// chosen once for ember::kernel_isa() (EMBER_KERNEL_ISA=portable forces the portable one). Threads
 // split the output rows in blocks of 16; up to kMaxRowsPerPass activation rows share one pass over a
 // weight row, and in prefill each block of weight rows stays in L1 across all activation rows.
 #include <cfloat>
@@ -64,6 +64,7 @@ using IntRowFn = void (*)(const int16_t* a, int64_t lda, const float* sa, const 
                           const float* c, int64_t G, int64_t gs, float* out);
 
 struct RowKernels {
+  KernelIsa isa = KernelIsa::kPortable;  // the level of every entry
   bool paired4 = false;  // 4-bit kernels read the paired activation layout
   FloatRowFn f4[kMaxRowsPerPass] = {};
   FloatRowFn f8[kMaxRowsPerPass] = {};
@@ -576,14 +577,15 @@ EMBER_QAVX2 void i4_avx2(const int16_t* a, int64_t lda, const float* sa, const u
 
 #define EMBER_QROWS(fn) {fn<1>, fn<2>, fn<3>, fn<4>}
 
-RowKernels make_row_kernels(Isa isa) {
-  RowKernels k{false, EMBER_QROWS(f4_portable), EMBER_QROWS(f8_portable), EMBER_QROWS(i4_portable),
-               EMBER_QROWS(i8_portable)};
+RowKernels make_row_kernels(KernelIsa isa) {
+  RowKernels k{KernelIsa::kPortable, false, EMBER_QROWS(f4_portable), EMBER_QROWS(f8_portable),
+               EMBER_QROWS(i4_portable), EMBER_QROWS(i8_portable)};
 #if EMBER_QX86
-  // AVX-512 CPUs run the AVX2 kernels too: decode is bound by memory bandwidth, and 512-bit
-  // versions should come with a machine to test them on.
-  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) {
-    k = RowKernels{true, EMBER_QROWS(f4_avx2), EMBER_QROWS(f8_avx2), EMBER_QROWS(i4_avx2), EMBER_QROWS(i8_avx2)};
+  // AVX-512 CPUs run the AVX2 kernels too (cpu_info() says so): decode is bound by memory
+  // bandwidth, and 512-bit versions should come with a machine to test them on.
+  if (isa == KernelIsa::kAvx2 || isa == KernelIsa::kAvx512) {
+    k = RowKernels{KernelIsa::kAvx2, true, EMBER_QROWS(f4_avx2), EMBER_QROWS(f8_avx2), EMBER_QROWS(i4_avx2),
+                   EMBER_QROWS(i8_avx2)};
   }
 #else
   (void)isa;
@@ -592,7 +594,7 @@ RowKernels make_row_kernels(Isa isa) {
 }
 
 const RowKernels& row_kernels() {
-  static const RowKernels k = make_row_kernels(cpu_isa());
+  static const RowKernels k = make_row_kernels(kernel_isa());
   return k;
 }
 
@@ -1066,6 +1068,12 @@ Error quantized_embedding_k(KernelContext&, KernelArgs a) {
 }
 
 }  // namespace
+
+void describe_quantized_kernels(std::vector<KernelPath>& out) {
+  const char* isa = kernel_isa_name(row_kernels().isa);
+  for (const char* name : {"q.linear_weight_only", "q.linear_int8_activations"}) out.push_back({name, isa});
+  out.push_back({"q.embedding", kernel_isa_name(KernelIsa::kPortable)});  // a gather: plain C++ (compiler-vectorized)
+}
 
 void register_quantized_kernels(KernelRegistry& r) {
   r.add("ember::quantized_linear.default", KernelDef{quantized_linear_k, 9, 1, false});

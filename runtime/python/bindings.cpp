@@ -11,6 +11,7 @@
 
 #include "ember/runtime/kernel.h"
 #include "ember/runtime/method.h"
+#include "ember/runtime/cpu.h"
 #include "ember/runtime/program.h"
 #include "ember/runtime/thread_pool.h"
 #include "py_support.h"
@@ -224,4 +225,20 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("get_num_threads", &get_num_threads);
   m.def("physical_core_count", &physical_core_count);
+  m.def("cpu_info", [] {
+    const CpuFeatures& f = cpu_features();
+    py::dict features(py::arg("avx2") = f.avx2, py::arg("fma") = f.fma, py::arg("f16c") = f.f16c,
+                      py::arg("avx512f") = f.avx512f, py::arg("avx512bw") = f.avx512bw,
+                      py::arg("avx512vl") = f.avx512vl, py::arg("avx512_vnni") = f.avx512vnni,
+                      py::arg("avx_vnni") = f.avxvnni, py::arg("amx_tile") = f.amx_tile,
+                      py::arg("amx_int8") = f.amx_int8);
+    py::dict kernels;
+    for (const KernelPath& k : kernel_paths()) kernels[py::str(k.family)] = k.isa;
+    const Error& err = kernel_isa_error();
+    return py::dict(py::arg("model") = cpu_model_name(), py::arg("features") = features,
+                    py::arg("best_isa") = kernel_isa_name(best_kernel_isa()),
+                    py::arg("isa") = kernel_isa_name(kernel_isa()),
+                    py::arg("isa_error") = err ? py::object(py::str(err.message())) : py::object(py::none()),
+                    py::arg("kernels") = kernels);
+  });
 }

@@ -1,6 +1,8 @@
 // Program loading: header checks, flatbuffer verification, segment/metadata/state checks.
 #include "ember/runtime/program.h"
 
+#include "ember/runtime/cpu.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -106,6 +108,7 @@ Error read_into_huge_pages(int fd, const std::string& path, size_t size, void** 
 
 Result<std::shared_ptr<Program>> Program::load_file(const std::string& path, LoadMode mode) {
   initialize();
+  if (kernel_isa_error()) return kernel_isa_error();  // a forced ISA is refused, never downgraded
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return Error::make(ErrorCode::kIO, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
@@ -146,6 +149,7 @@ Result<std::shared_ptr<Program>> Program::load_file(const std::string& path, Loa
 
 Result<std::shared_ptr<Program>> Program::load_bytes(const uint8_t* data, size_t size) {
   initialize();
+  if (kernel_isa_error()) return kernel_isa_error();
   std::shared_ptr<Program> p(new Program());
   // Copy into storage whose start is 64-byte aligned so segment alignment holds.
   p->owned_.resize(size + 64);

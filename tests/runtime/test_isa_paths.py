@@ -1,8 +1,12 @@
-"""The kernels' AVX2 and portable paths, forced with EMBER_KERNEL_ISA (the ISA is chosen once per
-process, so each path runs the math-heavy kernel tests in a subprocess of its own)."""
+"""The kernel ISA layer: what `ember.runtime.cpu_info()` reports, forced levels (EMBER_KERNEL_ISA)
+running the math-heavy kernel tests, and forced levels the CPU lacks being refused.
+
+The level is chosen once per process, so each forced level runs in a subprocess of its own.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,11 +14,79 @@ from pathlib import Path
 
 import pytest
 
+import ember.runtime
+
 REPO = Path(__file__).resolve().parents[2]
+LEVELS = ["portable", "avx2", "avx512"]
+F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemm_ukernel", "f32.softmax",
+                "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float"}
+Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
+
+
+def _info_with(isa: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "EMBER_KERNEL_ISA"}
+    if isa is not None:
+        env["EMBER_KERNEL_ISA"] = isa
+    code = "import json, ember.runtime as r; print(json.dumps(r.cpu_info()))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _supported() -> list[str]:
+    best = _info_with(None)["best_isa"]
+    return LEVELS[: LEVELS.index(best) + 1]
+
+
+def test_cpu_info_reports_features_and_every_kernel_family() -> None:
+    info = _info_with(None)
+    assert info["isa"] == info["best_isa"] and info["isa_error"] is None
+    assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES
+    f = info["features"]
+    if f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["fma"]:
+        assert info["best_isa"] == "avx512"
+    elif f["avx2"] and f["fma"]:
+        assert info["best_isa"] == "avx2"
+    else:
+        assert info["best_isa"] == "portable"
+    if info["best_isa"] != "portable":  # no fp32 entry is left on the portable path
+        assert all(info["kernels"][k] != "portable" for k in F32_FAMILIES), info["kernels"]
+    assert ember.runtime.cpu_info()["best_isa"] == info["best_isa"]  # in-process, unforced
+
+
+@pytest.mark.parametrize("isa", LEVELS)
+def test_forced_level_is_used_by_every_family(isa: str) -> None:
+    if isa not in _supported():
+        pytest.skip(f"this CPU cannot run {isa} kernels")
+    info = _info_with(isa)
+    assert info["isa"] == isa and info["isa_error"] is None
+    order = LEVELS.index
+    assert all(order(level) <= order(isa) for level in info["kernels"].values()), info["kernels"]
+    if isa == "portable":
+        assert set(info["kernels"].values()) == {"portable"}
+
+
+@pytest.mark.parametrize("value", ["avx512", "sse9", "AVX2"])
+def test_a_level_the_cpu_lacks_or_an_unknown_name_is_refused(value: str, tmp_path: Path) -> None:
+    if value in _supported():
+        pytest.skip(f"this CPU runs {value} kernels")
+    env = {**os.environ, "EMBER_KERNEL_ISA": value}
+    code = ("import sys, ember.runtime as r\n"
+            "info = r.cpu_info(); print(info['isa_error'])\n"
+            "try:\n    r.load(sys.argv[1])\nexcept r.InvalidArgumentError as e:\n    print('REFUSED', e)\n")
+    bogus = tmp_path / "any.ember"
+    bogus.write_bytes(b"not a program")  # refused before the file is even read
+    proc = subprocess.run([sys.executable, "-c", code, str(bogus)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"EMBER_KERNEL_ISA={value}" in proc.stdout and "REFUSED" in proc.stdout
+    assert "portable" in proc.stdout.split("REFUSED")[1]  # names the levels that would work
 
 
 @pytest.mark.parametrize("isa", ["portable", "avx2"])
 def test_kernels_on_forced_isa(isa: str) -> None:
+    if isa not in _supported():
+        pytest.skip(f"this CPU cannot run {isa} kernels")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests/runtime/test_kernels.py"),
          str(REPO / "tests/runtime/test_quantized_kernels.py"),

@@ -1,0 +1,301 @@
+// AVX2 + FMA versions of the fp32 table entries. See f32_kernels.h.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "f32_kernels.h"
+#include "kernel_utils.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12 flags _mm512_undefined_* inside its own intrinsic headers as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#define EMBER_X86 1
+#else
+#define EMBER_X86 0
+#endif
+
+namespace ember {
+namespace kern {
+namespace {
+
+#if EMBER_X86
+// ---- AVX2 ----------------------------------------------------------------------------------
+
+#define EMBER_AVX2 __attribute__((target("avx2,fma")))
+
+EMBER_AVX2 inline float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+EMBER_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), s1);
+  }
+  for (; k + 8 <= n; k += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), s0);
+  float s = hsum256(_mm256_add_ps(s0, s1));
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// Same order as gemv_rows_avx512: one row at a time, one sequential stream per thread.
+EMBER_AVX2 void gemv_rows_avx2(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                               const float* bias) {
+  constexpr int64_t kAhead = 256;  // floats
+  const int64_t K32 = K & ~int64_t{31}, K8 = K & ~int64_t{7};
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* w = W + n * ldw;
+    const char* pf = reinterpret_cast<const char*>(w + kAhead);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k < K32; k += 32) {
+      _mm_prefetch(pf + 4 * k, _MM_HINT_T0);
+      _mm_prefetch(pf + 4 * k + 64, _MM_HINT_T0);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 24), _mm256_loadu_ps(x + k + 24), a3);
+    }
+    for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + k), _mm256_loadu_ps(x + k), a0);
+    float r = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < K; ++k) r += w[k] * x[k];
+    y[n] = r + (bias ? bias[n] : 0.0f);
+  }
+}
+
+EMBER_AVX2 void ukernel_avx2(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                             int nr, bool first, const float* bias, const float* /*next_a*/) {
+  // 4 x 32 tile in 16 ymm accumulators; rows beyond mr are computed on row 0 and dropped.
+  for (int i0 = 0; i0 < mr; i0 += 3) {
+    const int rows = std::min(3, mr - i0);
+    __m256 c[3][4];
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j) c[i][j] = _mm256_setzero_ps();
+    const float* a0 = A + i0 * lda;
+    const float* a1 = A + (i0 + (rows > 1 ? 1 : 0)) * lda;
+    const float* a2 = A + (i0 + (rows > 2 ? 2 : 0)) * lda;
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* b = Bp + k * kNR;
+      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16),
+                   b3 = _mm256_loadu_ps(b + 24);
+      __m256 av = _mm256_broadcast_ss(a0 + k);
+      c[0][0] = _mm256_fmadd_ps(av, b0, c[0][0]);
+      c[0][1] = _mm256_fmadd_ps(av, b1, c[0][1]);
+      c[0][2] = _mm256_fmadd_ps(av, b2, c[0][2]);
+      c[0][3] = _mm256_fmadd_ps(av, b3, c[0][3]);
+      av = _mm256_broadcast_ss(a1 + k);
+      c[1][0] = _mm256_fmadd_ps(av, b0, c[1][0]);
+      c[1][1] = _mm256_fmadd_ps(av, b1, c[1][1]);
+      c[1][2] = _mm256_fmadd_ps(av, b2, c[1][2]);
+      c[1][3] = _mm256_fmadd_ps(av, b3, c[1][3]);
+      av = _mm256_broadcast_ss(a2 + k);
+      c[2][0] = _mm256_fmadd_ps(av, b0, c[2][0]);
+      c[2][1] = _mm256_fmadd_ps(av, b1, c[2][1]);
+      c[2][2] = _mm256_fmadd_ps(av, b2, c[2][2]);
+      c[2][3] = _mm256_fmadd_ps(av, b3, c[2][3]);
+    }
+    for (int i = 0; i < rows; ++i) {
+      float tmp[kNR];
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(tmp + 8 * j, c[i][j]);
+      float* crow = C + (i0 + i) * ldc;
+      for (int j = 0; j < nr; ++j) crow[j] = (first ? (bias ? bias[j] : 0.0f) : crow[j]) + tmp[j];
+    }
+  }
+}
+
+EMBER_AVX2 void axpy_avx2(float s, const float* x, float* y, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(y + k, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
+  for (; k < n; ++k) y[k] += s * x[k];
+}
+
+// exp(x) for 8 lanes: the polynomial of kern::exp_approx (0 below -87.3).
+EMBER_AVX2 inline __m256 exp_avx2(__m256 x) {
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc));
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+  return _mm256_and_ps(e, _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ));
+}
+
+EMBER_AVX2 inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+// s[j] = exp(s[j] * scale - max_j(s * scale)); returns the sum, *max_out the max.
+EMBER_AVX2 float scaled_softmax_avx2(float* s, int64_t n, float scale, float* max_out) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), sc);
+    _mm256_storeu_ps(s + j, v);
+    mv = _mm256_max_ps(mv, v);
+  }
+  float mx = hmax256(mv);
+  for (; j < n; ++j) {
+    s[j] *= scale;
+    mx = std::max(mx, s[j]);
+  }
+  const __m256 mxv = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), mxv));
+    _mm256_storeu_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = hsum256(sum);
+  for (; j < n; ++j) {
+    s[j] = exp_approx(s[j] - mx);
+    total += s[j];
+  }
+  *max_out = mx;
+  return total;
+}
+
+EMBER_AVX2 void silu_avx2(const float* x, float* y, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), v));
+    _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+  }
+  for (; i < n; ++i) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
+}
+
+// [sum(v[0]), ..., sum(v[7])] by a horizontal-add tree.
+EMBER_AVX2 inline __m256 reduce8_avx2(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // per 128-bit half
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// y[n0..n1) = W rows · x for short rows (attention scores): 8 rows per step, one reduction tree.
+EMBER_AVX2 void gemv_short_rows_avx2(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
+                                     float* y, const float* bias) {
+  const int64_t K8 = K & ~int64_t{7};
+  int64_t n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    const float* w = W + n * ldw;
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K8; k += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + k);
+      // Cache rows usually come from DRAM (evicted by the weight stream): fetch the next 8 early.
+      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + (8 + j) * ldw + k), _MM_HINT_T0);
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + j * ldw + k), xv, a[j]);
+    }
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, reduce8_avx2(a));
+    for (int j = 0; j < 8; ++j) {
+      float r = sums[j];
+      for (int64_t k = K8; k < K; ++k) r += w[j * ldw + k] * x[k];
+      y[n + j] = r + (bias ? bias[n + j] : 0.0f);
+    }
+  }
+  for (; n < n1; ++n) y[n] = dot_avx2(x, W + n * ldw, K) + (bias ? bias[n] : 0.0f);
+}
+
+// out[0..8*NV) += sum_j p[j] * V[j]: two rows per step into two accumulator sets when they fit
+// in registers (NV <= 4), one set otherwise.
+template <int NV>
+EMBER_AVX2 void weighted_rows_sum_avx2_t(const float* p, const float* V, int64_t ldv, int64_t n, float* out) {
+  constexpr bool kTwo = NV <= 4;
+  __m256 a0[NV], a1[NV];
+  for (int v = 0; v < NV; ++v) {
+    a0[v] = _mm256_loadu_ps(out + 8 * v);
+    a1[v] = _mm256_setzero_ps();
+  }
+  int64_t j = 0;
+  if (kTwo) {
+    for (; j + 2 <= n; j += 2) {
+      const __m256 p0 = _mm256_set1_ps(p[j]), p1 = _mm256_set1_ps(p[j + 1]);
+      const float* r0 = V + j * ldv;
+      const float* r1 = r0 + ldv;
+      for (int v = 0; v < NV; ++v) {
+        a0[v] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(r0 + 8 * v), a0[v]);
+        a1[v] = _mm256_fmadd_ps(p1, _mm256_loadu_ps(r1 + 8 * v), a1[v]);
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    const __m256 p0 = _mm256_set1_ps(p[j]);
+    const float* r0 = V + j * ldv;
+    _mm_prefetch(reinterpret_cast<const char*>(r0 + 8 * ldv), _MM_HINT_T0);
+    for (int v = 0; v < NV; ++v) a0[v] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(r0 + 8 * v), a0[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm256_storeu_ps(out + 8 * v, kTwo ? _mm256_add_ps(a0[v], a1[v]) : a0[v]);
+}
+
+EMBER_AVX2 void weighted_rows_sum_avx2(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out) {
+  if (D % 8 == 0) {
+    switch (D / 8) {  // accumulators in registers for D <= 128
+      case 1: weighted_rows_sum_avx2_t<1>(p, V, ldv, n, out); return;
+      case 2: weighted_rows_sum_avx2_t<2>(p, V, ldv, n, out); return;
+      case 3: weighted_rows_sum_avx2_t<3>(p, V, ldv, n, out); return;
+      case 4: weighted_rows_sum_avx2_t<4>(p, V, ldv, n, out); return;
+      case 8: weighted_rows_sum_avx2_t<8>(p, V, ldv, n, out); return;
+      case 10: weighted_rows_sum_avx2_t<10>(p, V, ldv, n, out); return;
+      case 12: weighted_rows_sum_avx2_t<12>(p, V, ldv, n, out); return;
+      case 16: weighted_rows_sum_avx2_t<16>(p, V, ldv, n, out); return;
+      default: break;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) axpy_avx2(p[j], V + j * ldv, out, D);
+}
+__attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+#endif  // EMBER_X86
+
+}  // namespace
+
+void add_f32_avx2(F32Kernels& t) {
+#if EMBER_X86
+  constexpr KernelIsa kLevel = KernelIsa::kAvx2;
+  t.dot.set(dot_avx2, kLevel);
+  t.axpy.set(axpy_avx2, kLevel);
+  t.gemv_rows.set(gemv_rows_avx2, kLevel);
+  t.gemv_short_rows.set(gemv_short_rows_avx2, kLevel);
+  t.ukernel.set(ukernel_avx2, kLevel);
+  t.ukernel_max_rows = 6;
+  t.softmax.set(scaled_softmax_avx2, kLevel);
+  t.silu.set(silu_avx2, kLevel);
+  t.weighted_rows_sum.set(weighted_rows_sum_avx2, kLevel);
+  if (cpu_features().f16c) t.half_to_float.set(half_to_float_f16c, kLevel);
+#else
+  (void)t;
+#endif
+}
+
+}  // namespace kern
+}  // namespace ember

@@ -1,0 +1,75 @@
+// The per-ISA table of fp32 building blocks behind gemm.h (GEMV rows, the GEMM micro-kernel,
+// dot/axpy, softmax pieces, SiLU, attention's P·V).
+//
+// f32_kernels() is built once, for ember::kernel_isa(): the portable entries first, then each
+// level up to the chosen one overwrites the entries it implements (f32_portable.cpp,
+// f32_avx2.cpp, f32_avx512.cpp), recording its level per entry. Callers only go through the
+// table; no kernel file tests the ISA itself.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/runtime/cpu.h"
+
+namespace ember {
+namespace kern {
+
+constexpr int kNR = 32;              // GEMM micro-kernel panel width (columns)
+constexpr int kMaxUkernelRows = 12;  // the most rows any table's micro-kernel takes per call
+
+// y[n] = W[n, :K] · x (+ bias[n]) for n in [n0, n1); W rows of stride ldw. Single-threaded.
+using GemvRowsFn = void (*)(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                            const float* bias);
+// C[mr, nr] (+)= A[mr, kc] · Bp[kc, kNR] (+ bias when `first`); mr <= ukernel_max_rows.
+// next_a: the A block the next call reads (to prefetch while this one computes), or null.
+using UkernelFn = void (*)(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
+                           int nr, bool first, const float* bias, const float* next_a);
+using DotFn = float (*)(const float* a, const float* b, int64_t n);
+using AxpyFn = void (*)(float s, const float* x, float* y, int64_t n);
+// s[j] = exp(s[j] * scale - m), m = max_j(s[j] * scale) -> *max_out; returns sum_j s[j].
+using SoftmaxFn = float (*)(float* s, int64_t n, float scale, float* max_out);
+// y[i] = x[i] * sigmoid(x[i]) (y may be x). Single-threaded.
+using SiluFn = void (*)(const float* x, float* y, int64_t n);
+// out[0..D) += sum_{j<n} p[j] * V[j * ldv + 0..D).
+using WeightedRowsSumFn = void (*)(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out);
+// dst[i] = fp16 src[i] as fp32 (exact).
+using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
+
+template <typename Fn>
+struct Entry {
+  Fn fn = nullptr;
+  KernelIsa isa = KernelIsa::kPortable;
+  void set(Fn f, KernelIsa level) {
+    fn = f;
+    isa = level;
+  }
+};
+
+struct F32Kernels {
+  Entry<DotFn> dot;
+  Entry<AxpyFn> axpy;
+  Entry<GemvRowsFn> gemv_rows;        // long rows (weights): one sequential stream per thread
+  Entry<GemvRowsFn> gemv_short_rows;  // rows of K <= kShortRowK (attention scores)
+  Entry<UkernelFn> ukernel;
+  int ukernel_max_rows = 6;  // rows per micro-kernel call in the weights-in-place GEMM (<= kMaxUkernelRows)
+  Entry<SoftmaxFn> softmax;
+  Entry<SiluFn> silu;
+  Entry<WeightedRowsSumFn> weighted_rows_sum;
+  Entry<HalfToFloatFn> half_to_float;  // AVX2 level: only when the CPU has F16C
+};
+
+constexpr int64_t kShortRowK = 256;
+
+// Each level's file fills the entries it has (the portable one fills all).
+void add_f32_portable(F32Kernels& t);
+void add_f32_avx2(F32Kernels& t);    // no-op on non-x86 builds
+void add_f32_avx512(F32Kernels& t);  // no-op on non-x86 builds
+
+// The table for ember::kernel_isa(), built on first use (thread-safe).
+const F32Kernels& f32_kernels();
+// Appends ("f32.<entry>", level) for every entry of the table.
+void describe_f32_kernels(std::vector<KernelPath>& out);
+
+}  // namespace kern
+}  // namespace ember
