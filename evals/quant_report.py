@@ -3,9 +3,11 @@
     python evals/quant_report.py SOURCE [--recipes fp32,q8,q4,8da4w,gguf,...] [--tokens 4096]
 
 For each recipe: ``export_llm(SOURCE, quant=recipe, logits="all")``, then ``ember.evals.evaluate``
-against SOURCE run in transformers at fp32 (perplexity, ratio, mean KL, top-1 agreement) and the
-decode speed of 64 greedy tokens after a 128-token prompt (median of --repeats). The reference is
-loaded once. Default SOURCE: the packaged SmolLM2-135M-Instruct GGUF.
+against SOURCE run in transformers at fp32 (perplexity, ratio, mean KL, top-1 agreement). The
+reference is loaded once. Then decode speed: every file loaded at once, and --repeats rounds that
+each time 64 greedy tokens after a 128-token prompt on every file in turn (interleaved, so a slow
+spell of a shared machine hits every recipe alike); the median and the range are reported.
+Default SOURCE: the packaged SmolLM2-135M-Instruct GGUF. --reuse keeps files already in --out.
 """
 
 from __future__ import annotations
@@ -49,18 +51,22 @@ def _quant(name: str) -> Any:
                         overrides=recipe.overrides, name=name)
 
 
-def _decode_speed(path: Path, gen_len: int, repeats: int, threads: int) -> float:
-    """Median decode tok/s of ``gen_len`` greedy tokens after a 128-token prompt of prose."""
+def decode_speeds(paths: dict[str, Path], gen_len: int, repeats: int, threads: int) -> dict[str, list[float]]:
+    """Decode tok/s of ``gen_len`` greedy tokens after a 128-token prompt of prose, per file:
+    ``repeats`` rounds, each running every file once (interleaved), after one warm-up round."""
     import ember
 
-    llm = ember.load(path, threads=threads)
-    prompt = llm.tokenizer.encode("It is a truth universally acknowledged " * 16)[:128]
-    speeds = []
-    for _ in range(repeats):
-        llm.reset()
-        llm.generate_ids(prompt, max_new_tokens=gen_len, temperature=0)
-        speeds.append(llm.stats.decode_tokens_per_s)
-    return statistics.median(speeds)
+    llms = {name: ember.load(path, threads=threads) for name, path in paths.items()}
+    speeds: dict[str, list[float]] = {name: [] for name in paths}
+    for round_ in range(repeats + 1):
+        for name, llm in llms.items():
+            length = max(1, min(128, llm.max_context_len - gen_len))
+            prompt = llm.tokenizer.encode("It is a truth universally acknowledged " * 16)[:length]
+            llm.reset()
+            llm.generate_ids(prompt, max_new_tokens=gen_len, temperature=0, ignore_eos=True)
+            if round_ > 0:
+                speeds[name].append(llm.stats.decode_tokens_per_s)
+    return speeds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=4096, help="tokens evaluated (default 4096)")
     p.add_argument("--window", type=int, default=512, help="perplexity window (default 512)")
     p.add_argument("--gen-len", type=int, default=64, help="greedy tokens timed for decode speed (default 64)")
-    p.add_argument("--repeats", type=int, default=3, help="decode timing repeats, median reported (default 3)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved decode rounds, median reported (default 5)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", help="folder for the exported files (default: a temporary folder)")
+    p.add_argument("--reuse", action="store_true", help="use files already in --out instead of exporting them again")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     args = p.parse_args(argv)
 
@@ -91,33 +98,45 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="ember_quant_report_"))
     out.mkdir(parents=True, exist_ok=True)
     reference = ReferenceModel.load(source).model  # loaded once, reused for every recipe
-    rows = []
+    rows, paths = [], {}
     for name in names:
         path = out / f"{name}.ember"
-        started = time.perf_counter()
-        try:
-            export_llm(source, path, quant=quants[name], logits="all", max_context_len=args.window,
-                       max_seq_len=min(args.window, 128), progress=False)
-        except ValueError as exc:  # e.g. gguf for a non-GGUF source
-            print(f"{name}: skipped ({exc})", file=sys.stderr)
-            continue
-        export_s = time.perf_counter() - started
+        export_s = None
+        if not (args.reuse and path.exists()):
+            started = time.perf_counter()
+            try:
+                export_llm(source, path, quant=quants[name], logits="all", max_context_len=args.window,
+                           max_seq_len=min(args.window, 128), progress=False)
+            except ValueError as exc:  # e.g. gguf for a non-GGUF source
+                print(f"{name}: skipped ({exc})", file=sys.stderr)
+                continue
+            export_s = round(time.perf_counter() - started, 1)
         result = evaluate(path, args.text, reference=reference, tokens=args.tokens, window=args.window,
                           progress=False, threads=args.threads)
         r = result.as_dict()
-        rows.append({"recipe": name, "file_mb": round(path.stat().st_size / 1e6, 1), "export_s": round(export_s, 1),
-                     "perplexity": r["perplexity"], "ratio": r["ppl_ratio"], "kl_mean": r["kl_mean"],
-                     "top1": r["top1"], "decode_tok_s": round(_decode_speed(path, args.gen_len, args.repeats, args.threads), 1)})
-        print(f"{name}: done", file=sys.stderr)
+        paths[name] = path
+        rows.append({"recipe": name, "file_mb": round(path.stat().st_size / 1e6, 1), "export_s": export_s,
+                     "perplexity": r["perplexity"], "ratio": r["ppl_ratio"], "kl_mean": r["kl_mean"], "top1": r["top1"]})
+        print(f"{name}: evaluated", file=sys.stderr)
+    speeds = decode_speeds(paths, args.gen_len, args.repeats, args.threads)
+    for row in rows:
+        s = speeds[row["recipe"]]
+        row.update(decode_tok_s=round(statistics.median(s), 1), decode_min=round(min(s), 1), decode_max=round(max(s), 1))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"reference: {source} (transformers fp32); {args.tokens} tokens in windows of {args.window}")
+    from ember.runtime import cpu_info
+
+    info = cpu_info()
+    print(f"reference: {source} (transformers fp32); {args.tokens} tokens in windows of {args.window}; "
+          f"decode: median (range) of {args.repeats} interleaved rounds, {args.threads} threads, "
+          f"{info['model']} ({info['isa']} kernels)")
     print("| recipe | file MB | perplexity | ratio | KL mean | top-1 | decode tok/s | export s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        export_s = "-" if r["export_s"] is None else r["export_s"]
         print(f"| {r['recipe']} | {r['file_mb']} | {r['perplexity']:.3f} | {r['ratio']:.4f} | {r['kl_mean']:.4f} | "
-              f"{r['top1'] * 100:.1f}% | {r['decode_tok_s']} | {r['export_s']} |")
+              f"{r['top1'] * 100:.1f}% | {r['decode_tok_s']} ({r['decode_min']}-{r['decode_max']}) | {export_s} |")
     return 0
 
 
