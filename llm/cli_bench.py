@@ -23,14 +23,13 @@ _FALLBACK_TEXT = (
 
 
 def _default_text_path() -> Path | None:
+    """$EMBER_BENCH_TEXT, else the corpus bundled with ember.evals (Pride and Prejudice)."""
     env = os.environ.get("EMBER_BENCH_TEXT")
     if env:
         return Path(env)
-    for base in (Path.cwd(), *Path.cwd().parents):
-        candidate = base / "shared" / "data" / "pride_and_prejudice.txt"
-        if candidate.exists():
-            return candidate
-    return None
+    from ember.evals.corpus import BUNDLED_CORPUS  # a path constant; imports neither torch nor the runtime
+
+    return BUNDLED_CORPUS if BUNDLED_CORPUS.exists() else None
 
 
 def prompt_ids(llm: Any, length: int, text_path: Path | None) -> list[int]:
@@ -133,8 +132,8 @@ def register(subparsers: Any) -> None:
         help="measure prefill/decode tokens/s, first-token latency, load time and memory",
         description="Benchmark a .ember LLM: load it, then run warm-up + REPEATS greedy generations of GEN_LEN "
                     "tokens after a PROMPT_LEN-token prompt (real prose, cache reset between runs) and report "
-                    "medians. The prompt comes from --text, $EMBER_BENCH_TEXT, or shared/data/"
-                    "pride_and_prejudice.txt when found above the current folder.",
+                    "medians. The prompt comes from --text, $EMBER_BENCH_TEXT, or the Pride and Prejudice text "
+                    "bundled with ember.evals.",
     )
     parser.add_argument("file", metavar="FILE", help="a .ember LLM file")
     parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")

@@ -68,10 +68,14 @@ def test_bench_json(path) -> None:
     for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_ms", "load_ms", "peak_rss_bytes"):
         assert result[key] > 0
     assert result["weights"] == "copied to huge-page memory"
+    m = result["machine"]
+    assert m["isa"] in ("portable", "avx2", "avx512") and "f32.gemv" in m["kernels"] and "q.linear_weight_only" in m["kernels"]
     r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1", "--mmap", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["weights"] == "mapped", r.stderr
     r = ember_cli("bench", path, "--prompt-len", "90", "--gen-len", "90")
     assert r.returncode == 1 and "exceeds the context" in r.stderr
+    r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1")
+    assert r.returncode == 0 and "kernels: " in r.stdout, r.stderr
 
 
 def test_help_explains_itself() -> None:
