@@ -8,17 +8,7 @@
 #include "f32_kernels.h"
 #include "kernel_utils.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-// GCC 12 flags _mm512_undefined_* inside its own intrinsic headers as uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define EMBER_X86 1
-#else
-#define EMBER_X86 0
-#endif
+#include "x86_simd.h"
 
 namespace ember {
 namespace kern {

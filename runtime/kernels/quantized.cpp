@@ -29,16 +29,7 @@
 #include "gemm.h"
 #include "kernel_utils.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#define EMBER_QX86 1
-#else
-#define EMBER_QX86 0
-#endif
+#include "x86_simd.h"
 
 namespace ember {
 namespace {
@@ -227,7 +218,7 @@ void i4_portable(const int16_t* a, int64_t lda, const float* sa, const uint8_t* 
   for (int m = 0; m < MB; ++m) out[m] = tot[m] + corr[m];
 }
 
-#if EMBER_QX86
+#if EMBER_X86
 // ---- AVX2 -----------------------------------------------------------------------------------
 
 #define EMBER_QAVX2 __attribute__((target("avx2,fma")))
@@ -571,7 +562,7 @@ EMBER_QAVX2 void i4_avx2(const int16_t* a, int64_t lda, const float* sa, const u
   finish_avx2<MB, 1>(tot, tail, out);
 }
 
-#endif  // EMBER_QX86
+#endif  // EMBER_X86
 
 // ---- the per-ISA table -------------------------------------------------------------------------
 
@@ -580,7 +571,7 @@ EMBER_QAVX2 void i4_avx2(const int16_t* a, int64_t lda, const float* sa, const u
 RowKernels make_row_kernels(KernelIsa isa) {
   RowKernels k{KernelIsa::kPortable, false, EMBER_QROWS(f4_portable), EMBER_QROWS(f8_portable),
                EMBER_QROWS(i4_portable), EMBER_QROWS(i8_portable)};
-#if EMBER_QX86
+#if EMBER_X86
   // AVX-512 CPUs run the AVX2 kernels too (cpu_info() says so): decode is bound by memory
   // bandwidth, and 512-bit versions should come with a machine to test them on.
   if (isa == KernelIsa::kAvx2 || isa == KernelIsa::kAvx512) {
