@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from ember._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -20,10 +20,4 @@ _LAZY = {
     "export_llm": "ember.llm.exporter",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ember' has no attribute '{name}'")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -14,7 +14,7 @@ Importing this package imports neither torch nor the runtime; the reference load
 
 from __future__ import annotations
 
-from typing import Any
+from ember._lazy import lazy_attributes
 
 __all__ = ["Corpus", "EvalError", "EvalResult", "FileModel", "evaluate", "record"]
 
@@ -27,10 +27,4 @@ _LAZY = {
     "record": "ember.evals.recording",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ember.evals' has no attribute '{name}'")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -57,13 +57,15 @@ def decode_speeds(paths: dict[str, Path], gen_len: int, repeats: int, threads: i
     import ember
 
     llms = {name: ember.load(path, threads=threads) for name, path in paths.items()}
+    prompts = {}
+    for name, llm in llms.items():
+        length = max(1, min(128, llm.max_context_len - gen_len))
+        prompts[name] = llm.tokenizer.encode("It is a truth universally acknowledged " * 16)[:length]
     speeds: dict[str, list[float]] = {name: [] for name in paths}
     for round_ in range(repeats + 1):
         for name, llm in llms.items():
-            length = max(1, min(128, llm.max_context_len - gen_len))
-            prompt = llm.tokenizer.encode("It is a truth universally acknowledged " * 16)[:length]
             llm.reset()
-            llm.generate_ids(prompt, max_new_tokens=gen_len, temperature=0, ignore_eos=True)
+            llm.generate_ids(prompts[name], max_new_tokens=gen_len, temperature=0, ignore_eos=True)
             if round_ > 0:
                 speeds[name].append(llm.stats.decode_tokens_per_s)
     return speeds

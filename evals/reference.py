@@ -62,8 +62,8 @@ class ReferenceModel:
             ours = tokenizer.encode(sample, add_special_tokens=False)
             theirs = list(self.tokenizer.encode(sample, add_special_tokens=False))
             if ours != theirs:
-                notes.append(f"the reference's tokenizer splits the corpus differently from the file's; "
-                             f"both models are fed the file's token ids")
+                notes.append("the reference's tokenizer splits the corpus differently from the file's; "
+                             "both models are fed the file's token ids")
         return notes
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:

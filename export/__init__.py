@@ -9,7 +9,7 @@ Torch is imported lazily: `Program` (reading/writing files) works without it.
 
 from __future__ import annotations
 
-from typing import Any
+from ember._lazy import lazy_attributes
 
 from ember.export.errors import ExportError, UnsupportedOpError
 from ember.export.program import Program
@@ -26,10 +26,4 @@ _LAZY = {
     "Subgraph": "ember.export.backend",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ember.export' has no attribute '{name}'")
+__getattr__ = lazy_attributes(__name__, _LAZY)

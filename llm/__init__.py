@@ -6,8 +6,7 @@ names are resolved on first access through ``__getattr__``.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ember._lazy import lazy_attributes
 
 __all__ = [
     "export_llm",
@@ -39,13 +38,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module_name}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, {name: f"{__name__}.{module}" for name, module in _LAZY.items()})
 
 
 def __dir__() -> list[str]:

@@ -85,7 +85,8 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> LoadedSource:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype,
                                                      attn_implementation="eager")
     kind, data = _tokenizer_bytes_from_hf(tokenizer)
-    extra = {"gguf_reader": readers[str(path.resolve())]} if str(path.resolve()) in readers else {}
+    reader = readers.get(str(path.resolve()))  # kept for --quant gguf, which reads the same blocks
+    extra = {"gguf_reader": reader} if reader is not None else {}
     return LoadedSource(path.name, model, tokenizer, kind, data, _generation_config(model, None), extra)
 
 

@@ -15,16 +15,6 @@ namespace {
 #if EMBER_X86
 // ---- AVX2 ----------------------------------------------------------------------------------
 
-#define EMBER_AVX2 __attribute__((target("avx2,fma")))
-
-EMBER_AVX2 inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
-
 EMBER_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
   int64_t k = 0;

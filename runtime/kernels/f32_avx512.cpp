@@ -17,8 +17,6 @@ namespace {
 #if EMBER_X86
 // ---- AVX-512 -------------------------------------------------------------------------------
 
-#define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-
 // Horizontal sum (not _mm512_reduce_add_ps: GCC 12 warns inside it under -Werror).
 EMBER_AVX512 inline float hsum512(__m512 v) {
   __m512 t = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));

@@ -221,31 +221,21 @@ void i4_portable(const int16_t* a, int64_t lda, const float* sa, const uint8_t* 
 #if EMBER_X86
 // ---- AVX2 -----------------------------------------------------------------------------------
 
-#define EMBER_QAVX2 __attribute__((target("avx2,fma")))
-
-EMBER_QAVX2 inline float hsum_avx2(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
-
-EMBER_QAVX2 inline __m128i load8_avx2(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
-EMBER_QAVX2 inline __m128i load16_avx2(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-EMBER_QAVX2 inline __m256i load32_avx2(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+EMBER_AVX2 inline __m128i load8_avx2(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }
+EMBER_AVX2 inline __m128i load16_avx2(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+EMBER_AVX2 inline __m256i load32_avx2(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // w = u * s + c for 8 int32 codes.
-EMBER_QAVX2 inline __m256 weights_avx2(__m256i u, __m256 sv, __m256 cv) {
+EMBER_AVX2 inline __m256 weights_avx2(__m256i u, __m256 sv, __m256 cv) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(u), sv, cv);
 }
 
 template <int MB, int NA>
-EMBER_QAVX2 inline void finish_avx2(__m256 (&acc)[MB][NA], const float* tail, float* out) {
+EMBER_AVX2 inline void finish_avx2(__m256 (&acc)[MB][NA], const float* tail, float* out) {
   for (int m = 0; m < MB; ++m) {
     __m256 t = acc[m][0];
     for (int j = 1; j < NA; ++j) t = _mm256_add_ps(t, acc[m][j]);
-    out[m] = hsum_avx2(t) + tail[m];
+    out[m] = hsum256(t) + tail[m];
   }
 }
 
@@ -253,7 +243,7 @@ EMBER_QAVX2 inline void finish_avx2(__m256 (&acc)[MB][NA], const float* tail, fl
 // one flat loop over the chunks (no tails; the group's s and c are re-broadcast per chunk, which
 // keeps every accumulator in a register across group boundaries).
 template <int MB>
-EMBER_QAVX2 void f4_avx2_g32(const float* x, int64_t ldx, const uint8_t* q, const float* s, const float* c, int64_t G,
+EMBER_AVX2 void f4_avx2_g32(const float* x, int64_t ldx, const uint8_t* q, const float* s, const float* c, int64_t G,
                              int64_t gs, float* out) {
   constexpr int NA = MB == 1 ? 4 : 2;
   const __m256i nib = _mm256_set1_epi32(15);
@@ -288,7 +278,7 @@ EMBER_QAVX2 void f4_avx2_g32(const float* x, int64_t ldx, const uint8_t* q, cons
 }
 
 template <int MB>
-EMBER_QAVX2 void f8_avx2_g32(const float* x, int64_t ldx, const uint8_t* qb, const float* s, const float* c, int64_t G,
+EMBER_AVX2 void f8_avx2_g32(const float* x, int64_t ldx, const uint8_t* qb, const float* s, const float* c, int64_t G,
                              int64_t gs, float* out) {
   constexpr int NA = MB == 1 ? 4 : 2;
   const int8_t* q = reinterpret_cast<const int8_t*>(qb);
@@ -318,7 +308,7 @@ EMBER_QAVX2 void f8_avx2_g32(const float* x, int64_t ldx, const uint8_t* qb, con
 
 // Exact int32 sums of one group (gs a multiple of 32, at most kIntSegment) into acc[m].
 template <int MB, int BITS>
-EMBER_QAVX2 inline __attribute__((always_inline)) void int_group_avx2(const uint8_t* qg, const int16_t* ag,
+EMBER_AVX2 inline __attribute__((always_inline)) void int_group_avx2(const uint8_t* qg, const int16_t* ag,
                                                                        int64_t lda, int64_t gs, __m256i (&acc)[MB]) {
   const __m128i nib = _mm_set1_epi8(15);
   for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_si256();
@@ -343,7 +333,7 @@ EMBER_QAVX2 inline __attribute__((always_inline)) void int_group_avx2(const uint
 
 // out[m] = hsum(tot[m]) + sum_g c[g] * sa[m][g].
 template <int MB>
-EMBER_QAVX2 inline void int_finish_avx2(const __m256 (&tot)[MB], const float* sa, const float* c, int64_t G,
+EMBER_AVX2 inline void int_finish_avx2(const __m256 (&tot)[MB], const float* sa, const float* c, int64_t G,
                                         float* out) {
   __m256 corr[MB];
   float tail[MB] = {};
@@ -355,11 +345,11 @@ EMBER_QAVX2 inline void int_finish_avx2(const __m256 (&tot)[MB], const float* sa
   }
   for (; g < G; ++g)
     for (int m = 0; m < MB; ++m) tail[m] += c[g] * sa[m * G + g];
-  for (int m = 0; m < MB; ++m) out[m] = hsum_avx2(corr[m]) + tail[m];
+  for (int m = 0; m < MB; ++m) out[m] = hsum256(corr[m]) + tail[m];
 }
 
 template <int MB, int BITS>
-EMBER_QAVX2 void int_avx2_g32(const int16_t* a, int64_t lda, const float* sa, const uint8_t* q, const float* s,
+EMBER_AVX2 void int_avx2_g32(const int16_t* a, int64_t lda, const float* sa, const uint8_t* q, const float* s,
                               const float* c, int64_t G, int64_t gs, float* out) {
   const int64_t gbytes = BITS == 4 ? gs / 2 : gs;
   __m256 tot[MB];
@@ -387,7 +377,7 @@ EMBER_QAVX2 void int_avx2_g32(const int16_t* a, int64_t lda, const float* sa, co
 }
 
 template <int MB>
-EMBER_QAVX2 void f8_avx2(const float* x, int64_t ldx, const uint8_t* qb, const float* s, const float* c, int64_t G,
+EMBER_AVX2 void f8_avx2(const float* x, int64_t ldx, const uint8_t* qb, const float* s, const float* c, int64_t G,
                          int64_t gs, float* out) {
   if ((gs & 31) == 0) return f8_avx2_g32<MB>(x, ldx, qb, s, c, G, gs, out);
   constexpr int NA = MB == 1 ? 4 : 2;  // independent accumulators per activation row
@@ -421,7 +411,7 @@ EMBER_QAVX2 void f8_avx2(const float* x, int64_t ldx, const uint8_t* qb, const f
 }
 
 template <int MB>
-EMBER_QAVX2 void f4_avx2(const float* x, int64_t ldx, const uint8_t* q, const float* s, const float* c, int64_t G,
+EMBER_AVX2 void f4_avx2(const float* x, int64_t ldx, const uint8_t* q, const float* s, const float* c, int64_t G,
                          int64_t gs, float* out) {
   if ((gs & 31) == 0) return f4_avx2_g32<MB>(x, ldx, q, s, c, G, gs, out);
   constexpr int NA = MB == 1 ? 4 : 2;
@@ -470,7 +460,7 @@ EMBER_QAVX2 void f4_avx2(const float* x, int64_t ldx, const uint8_t* q, const fl
 }
 
 template <int MB>
-EMBER_QAVX2 void i8_avx2(const int16_t* a, int64_t lda, const float* sa, const uint8_t* qb, const float* s,
+EMBER_AVX2 void i8_avx2(const int16_t* a, int64_t lda, const float* sa, const uint8_t* qb, const float* s,
                          const float* c, int64_t G, int64_t gs, float* out) {
   if ((gs & 31) == 0 && gs <= kIntSegment) return int_avx2_g32<MB, 8>(a, lda, sa, qb, s, c, G, gs, out);
   const int8_t* q = reinterpret_cast<const int8_t*>(qb);
@@ -511,7 +501,7 @@ EMBER_QAVX2 void i8_avx2(const int16_t* a, int64_t lda, const float* sa, const u
 }
 
 template <int MB>
-EMBER_QAVX2 void i4_avx2(const int16_t* a, int64_t lda, const float* sa, const uint8_t* q, const float* s,
+EMBER_AVX2 void i4_avx2(const int16_t* a, int64_t lda, const float* sa, const uint8_t* q, const float* s,
                          const float* c, int64_t G, int64_t gs, float* out) {
   if ((gs & 31) == 0 && gs <= kIntSegment) return int_avx2_g32<MB, 4>(a, lda, sa, q, s, c, G, gs, out);
   const __m128i nib = _mm_set1_epi8(15);
