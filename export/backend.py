@@ -47,11 +47,23 @@ class BackendDetails(abc.ABC):
     def preprocess(cls, subgraph: Subgraph, compile_specs: list[CompileSpec]) -> bytes:
         """Returns the blob the runtime backend's `init` receives."""
 
+    @classmethod
+    def subgraph_compile_specs(cls, subgraph: Subgraph) -> list[CompileSpec]:
+        """Specs of this one subgraph, stored after the partitioner's own (default: none).
+
+        What differs between calls that share a blob goes here: identical blobs are stored once
+        in the file, so a backend that keeps its blob free of per-call details lets two calls
+        (a tied embedding and lm_head) share one copy of the weights.
+        """
+        return []
+
 
 class Partitioner(abc.ABC):
     """Chooses the nodes a backend takes over."""
 
     backend: type[BackendDetails]
+    # The most nodes one subgraph may hold (None: whole runs of supported nodes in program order).
+    max_subgraph_nodes: int | None = None
 
     def __init__(self, compile_specs: list[CompileSpec] | None = None):
         self.compile_specs = list(compile_specs or [])
@@ -68,7 +80,7 @@ class Partitioner(abc.ABC):
 # Named backends for `export_llm(backend=...)` and `ember export --backend`: name -> factory of a
 # configured Partitioner. Backend packages register themselves when imported (see BACKEND_MODULES).
 _PARTITIONERS: dict[str, Callable[[], Partitioner]] = {}
-BACKEND_MODULES = {"reference": "ember.backends.reference"}
+BACKEND_MODULES = {"reference": "ember.backends.reference", "cpu": "ember.backends.cpu"}
 
 
 def register_partitioner(name: str, factory: Callable[[], Partitioner]) -> None:

@@ -296,7 +296,7 @@ class MethodEmitter:
         d.segment = self.segments.add(blob)
         d.nodes = sum(1 for n in sub.nodes if n.target is not operator.getitem)
         d.compileSpecs = []
-        for spec in part.partitioner.compile_specs:
+        for spec in part.partitioner.compile_specs + backend.subgraph_compile_specs(sub):
             kv = KeyValueT()
             kv.key, kv.value = spec.key, list(spec.value)
             d.compileSpecs.append(kv)

@@ -45,7 +45,10 @@ def partition(g: LoweringGraph, partitioners: tuple[Partitioner, ...]) -> list[P
             if runs and runs[-1][1]:
                 runs.append((-1, []))
             continue
-        if runs and runs[-1][0] == k and runs[-1][1]:
+        cap = partitioners[k].max_subgraph_nodes
+        if runs and runs[-1][0] == k and runs[-1][1] and (
+                cap is None or node.target is operator.getitem  # a getitem stays with its producer
+                or sum(n.target is not operator.getitem for n in runs[-1][1]) < cap):
             runs[-1][1].append(node)
         else:
             runs.append((k, [node]))

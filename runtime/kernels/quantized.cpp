@@ -26,6 +26,7 @@
 #include <cfloat>
 #include <vector>
 
+#include "act_quant.h"
 #include "gemm.h"
 #include "kernel_utils.h"
 
@@ -564,7 +565,7 @@ RowKernels make_row_kernels(KernelIsa isa) {
 #if EMBER_X86
   // AVX-512 CPUs run the AVX2 kernels too (cpu_info() says so): decode is bound by memory
   // bandwidth, and 512-bit versions should come with a machine to test them on.
-  if (isa == KernelIsa::kAvx2 || isa == KernelIsa::kAvx512) {
+  if (static_cast<int>(isa) >= static_cast<int>(KernelIsa::kAvx2)) {
     k = RowKernels{KernelIsa::kAvx2, true, EMBER_QROWS(f4_avx2), EMBER_QROWS(f8_avx2), EMBER_QROWS(i4_avx2),
                    EMBER_QROWS(i8_avx2)};
   }
@@ -577,68 +578,6 @@ RowKernels make_row_kernels(KernelIsa isa) {
 const RowKernels& row_kernels() {
   static const RowKernels k = make_row_kernels(kernel_isa());
   return k;
-}
-
-// ---- torchao's per-token activation quantization -----------------------------------------------
-
-// Each step of quantize_activation_per_token runs in x's dtype: R::r rounds an fp32 result to it.
-struct RoundF32 {
-  static float r(float v) { return v; }
-  static constexpr float kSmallestNormal = FLT_MIN;
-};
-struct RoundBF16 {
-  static float r(float v) { return bf16_to_float(float_to_bf16(v)); }
-  static constexpr float kSmallestNormal = FLT_MIN;  // bf16 has fp32's exponent range
-};
-struct RoundF16 {
-  static float r(float v) { return half_to_float(float_to_half(v)); }
-  static constexpr float kSmallestNormal = 6.103515625e-05f;  // 2^-14
-};
-
-// torch.round (half to even) of |v| <= 1024 (callers clamp first): adding 1.5 * 2^23 leaves no
-// fraction bits, so the addition itself rounds in the default to-nearest-even mode.
-inline float round_half_even(float v) {
-  const float kMagic = 12582912.0f;
-  return (v + kMagic) - kMagic;
-}
-
-// The scale and zero point of one activation row, or ok=false when the row holds a NaN or an
-// infinity (the reference then yields NaN for the whole row).
-struct ActParams {
-  float scale = 1.0f, inv = 1.0f, zp = 0.0f;
-  bool ok = true;
-};
-
-template <typename R>
-ActParams act_params(const float* x, int64_t K) {
-  float lo = 0.0f, hi = 0.0f;  // min(min(x), 0), max(max(x), 0)
-  bool nan = false;
-  for (int64_t k = 0; k < K; ++k) {
-    const float v = x[k];
-    nan |= v != v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  ActParams p;
-  float scale = R::r(R::r(hi - lo) / 255.0f);
-  if (scale < R::kSmallestNormal) scale = R::kSmallestNormal;
-  if (nan || !std::isfinite(scale)) {
-    p.ok = false;
-    return p;
-  }
-  p.scale = scale;
-  p.zp = std::min(std::max(R::r(-128.0f - std::nearbyint(R::r(lo / scale))), -128.0f), 127.0f);
-  p.inv = R::r(1.0f / scale);  // torch computes 1 / scale, then multiplies
-  return p;
-}
-
-// The clamped code q in [-128, 127] of activation v.
-template <typename R>
-inline float act_code(float v, const ActParams& p) {
-  float t = R::r(v * p.inv);
-  t = !(t >= -1024.0f) ? -1024.0f : (t > 1024.0f ? 1024.0f : t);
-  const float q = R::r(round_half_even(t) + p.zp);
-  return std::min(std::max(q, -128.0f), 127.0f);
 }
 
 // Integer path (fp32 rows): a_k = q_k - zp in [-255, 255].

@@ -15,9 +15,10 @@
 #pragma GCC diagnostic pop
 #define EMBER_X86 1
 
-// Function attributes of the two x86 levels (ember::KernelIsa::kAvx2 / kAvx512).
+// Function attributes of the x86 levels (ember::KernelIsa::kAvx2 / kAvx512 / kAvx512Vnni).
 #define EMBER_AVX2 __attribute__((target("avx2,fma")))
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define EMBER_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
 namespace ember {
 // The sum of a ymm register's 8 floats.

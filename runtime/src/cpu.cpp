@@ -51,7 +51,7 @@ CpuFeatures detect() { return CpuFeatures{}; }
 #endif
 
 KernelIsa best_of(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma) return KernelIsa::kAvx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma) return f.avx512vnni ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx512;
   if (f.avx2 && f.fma) return KernelIsa::kAvx2;
   return KernelIsa::kPortable;
 }
@@ -67,7 +67,7 @@ IsaChoice choose() {
   choice.isa = best;
   const char* env = std::getenv("EMBER_KERNEL_ISA");
   if (env == nullptr || *env == '\0') return choice;
-  const KernelIsa levels[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512};
+  const KernelIsa levels[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Vnni};
   std::string usable;
   for (KernelIsa level : levels) {
     if (static_cast<int>(level) <= static_cast<int>(best)) usable += std::string(usable.empty() ? "" : ", ") + kernel_isa_name(level);
@@ -120,6 +120,7 @@ const std::string& cpu_model_name() {
 
 const char* kernel_isa_name(KernelIsa isa) {
   switch (isa) {
+    case KernelIsa::kAvx512Vnni: return "avx512vnni";
     case KernelIsa::kAvx512: return "avx512";
     case KernelIsa::kAvx2: return "avx2";
     default: return "portable";

@@ -17,7 +17,7 @@ import pytest
 import ember.runtime
 
 REPO = Path(__file__).resolve().parents[2]
-LEVELS = ["portable", "avx2", "avx512"]
+LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemm_ukernel", "f32.softmax",
                 "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
@@ -44,7 +44,7 @@ def test_cpu_info_reports_features_and_every_kernel_family() -> None:
     assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES
     f = info["features"]
     if f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["fma"]:
-        assert info["best_isa"] == "avx512"
+        assert info["best_isa"] == ("avx512vnni" if f["avx512_vnni"] else "avx512")
     elif f["avx2"] and f["fma"]:
         assert info["best_isa"] == "avx2"
     else:
@@ -66,7 +66,7 @@ def test_forced_level_is_used_by_every_family(isa: str) -> None:
         assert set(info["kernels"].values()) == {"portable"}
 
 
-@pytest.mark.parametrize("value", ["avx512", "sse9", "AVX2"])
+@pytest.mark.parametrize("value", ["avx512", "avx512vnni", "sse9", "AVX2"])
 def test_a_level_the_cpu_lacks_or_an_unknown_name_is_refused(value: str, tmp_path: Path) -> None:
     if value in _supported():
         pytest.skip(f"this CPU runs {value} kernels")
@@ -83,7 +83,7 @@ def test_a_level_the_cpu_lacks_or_an_unknown_name_is_refused(value: str, tmp_pat
     assert "portable" in proc.stdout.split("REFUSED")[1]  # names the levels that would work
 
 
-@pytest.mark.parametrize("isa", ["portable", "avx2"])
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
 def test_kernels_on_forced_isa(isa: str) -> None:
     if isa not in _supported():
         pytest.skip(f"this CPU cannot run {isa} kernels")

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ember/runtime/cpu.h"
 #include "ember/runtime/error.h"
 #include "ember/runtime/kernel.h"
 
@@ -32,6 +33,9 @@ class Backend {
                              size_t num_specs) = 0;
   virtual Error execute(void* handle, KernelContext& ctx, KernelArgs args) = 0;
   virtual void destroy(void* handle) = 0;
+  // Appends the kernel families this backend runs and the ISA level of each, for
+  // ember::kernel_paths() (default: none).
+  virtual void describe_kernels(std::vector<KernelPath>& out) const { (void)out; }
 };
 
 class BackendRegistry {

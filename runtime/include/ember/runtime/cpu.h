@@ -5,7 +5,7 @@
 // quantized row kernels), and reports which level each entry uses through kernel_paths(), which
 // Python shows as `ember.runtime.cpu_info()` and `ember bench` prints.
 //
-// EMBER_KERNEL_ISA=portable|avx2|avx512 forces a level for tests and comparisons. A level this CPU
+// EMBER_KERNEL_ISA=portable|avx2|avx512|avx512vnni forces a level for tests and comparisons. A level this CPU
 // lacks, or an unknown name, is refused: kernel_isa_error() says why, and loading any program
 // fails with that message (kernels then run at the best level, which nothing reaches).
 //
@@ -38,12 +38,13 @@ enum class KernelIsa : int {
   kPortable = 0,  // plain C++ (any CPU)
   kAvx2 = 1,      // AVX2 + FMA (+ F16C)
   kAvx512 = 2,    // AVX-512 F/BW/VL + FMA
+  kAvx512Vnni = 3,  // kAvx512 + AVX512-VNNI (VPDPBUSD: int8 dot products)
 };
 
 const CpuFeatures& cpu_features();
 // The CPU's model name ("AMD EPYC 7B13", ...), or "" when unknown.
 const std::string& cpu_model_name();
-// "portable" / "avx2" / "avx512".
+// "portable" / "avx2" / "avx512" / "avx512vnni".
 const char* kernel_isa_name(KernelIsa isa);
 // The highest level this CPU supports.
 KernelIsa best_kernel_isa();

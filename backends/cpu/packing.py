@@ -1,0 +1,230 @@
+"""The CPU delegate's packed weight ("ECW1" blob): written once at export, mapped at run time.
+
+A canonical quantized weight (export/quant_ops.py: codes, per-group scale, zero point, offset) is
+rearranged so that the micro-kernels read it as one sequential stream with one weight row per
+32-bit lane: rows are taken in blocks of 16 (a 512-bit register holds one int32 per row; AVX2
+reads a block as two halves of 8). Nothing is requantized: the codes, scales, zero points and
+offsets are the canonical ones, bit for bit, so the delegate computes the same weight.
+
+Codes are stored unsigned, u = q + shift (shift 8 for 4 bits, 128 for 8 bits), so that the
+integer dot products are unsigned-weight x signed-activation (VPDPBUSD / VPMADDUBSW operand
+order); the kernels fold the shift into the zero point.
+
+Layout (little-endian):
+  header, 64 bytes: magic b"ECW1", u32 version, bits, scale_type, zp_kind, zp_type, offset_kind,
+      offset_type, has_bias, group_size; i64 N, K; f32 zp_const, offset_const.
+  NB = ceil(N / 16) blocks, each (every part padded to a multiple of 64 bytes):
+    codes:   G groups x (gs / W) chunks x 16 rows x 4 bytes (W codes per row per chunk):
+               4 bits (W = 8): byte i of a row's word holds u[k + i] (low nibble) and
+               u[k + 4 + i] (high nibble), k = the chunk's first column;
+               8 bits (W = 4): byte i holds u[k + i].
+    scales:  [G][16] in scale_type
+    zp:      [G][16] in zp_type      (only when zp_kind is PER_GROUP)
+    offsets: [G][16] in offset_type  (only when offset_kind is PER_GROUP)
+    rowsum:  [16] fp32, sum_k w[n, k] of the dequantized row (the int8-activation path needs it)
+  bias: [N] fp32 (only when has_bias), padded to 64 bytes.
+Rows past N in the last block are zero. A [1, 1] zero point or offset is a constant in the header
+(zp_kind / offset_kind CONST); a missing one is NONE.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+import torch
+
+from ember.export.quant_ops import dequantize_weight, unpack_int4
+
+MAGIC = b"ECW1"
+VERSION = 1
+ROWS = 16  # weight rows per block
+ALIGN = 64
+MAX_GROUP = 65536  # codes summed in one int32 per group: 65536 * 255 * 128 < 2^31
+HEADER = struct.Struct("<4s9Iqqff")
+assert HEADER.size == 64
+
+
+class ParamKind(IntEnum):
+    NONE = 0
+    CONST = 1
+    PER_GROUP = 2
+
+
+class ParamType(IntEnum):
+    F32 = 0
+    F16 = 1
+    BF16 = 2
+    I8 = 3
+
+
+_TYPES = {torch.float32: ParamType.F32, torch.float16: ParamType.F16, torch.bfloat16: ParamType.BF16,
+          torch.int8: ParamType.I8}
+_SIZES = {ParamType.F32: 4, ParamType.F16: 2, ParamType.BF16: 2, ParamType.I8: 1}
+_TORCH = {v: k for k, v in _TYPES.items()}
+
+
+def _pad(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def codes_per_word(bits: int) -> int:
+    return 8 if bits == 4 else 4
+
+
+def unsupported_reason(n: int, k: int, group_size: int, bits: int, params: dict[str, torch.Tensor | None]) -> str | None:
+    """Why this weight cannot be packed (None when it can): the kernels read whole 32-bit words."""
+    if bits not in (4, 8):
+        return f"bits must be 4 or 8, got {bits}"
+    if k <= 0 or n <= 0:
+        return f"empty weight [{n}, {k}]"
+    if group_size <= 0 or k % group_size:
+        return f"group size {group_size} does not divide the row length {k}"
+    if group_size % codes_per_word(bits):
+        return f"group size {group_size} is not a multiple of {codes_per_word(bits)}"
+    if group_size > MAX_GROUP:
+        return f"group size {group_size} is above {MAX_GROUP} (the int32 sums of one group could overflow)"
+    for name, t in params.items():
+        if t is None:
+            continue
+        if t.dtype not in _TYPES or (name == "scale" and t.dtype == torch.int8) or (name == "offset" and t.dtype == torch.int8):
+            return f"{name} dtype {t.dtype} is not supported"
+    return None
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A parsed blob (for tests and inspection): the canonical tensors it holds."""
+
+    qdata: torch.Tensor
+    scale: torch.Tensor
+    zero_point: torch.Tensor | None
+    offset: torch.Tensor | None
+    bias: torch.Tensor | None
+    bits: int
+    group_size: int
+
+
+def _param_blocks(t: torch.Tensor, nb: int) -> np.ndarray:
+    """[N, G] -> uint8 [NB, pad(G * 16 * size)] laid out [G][16] per block (rows past N are 0)."""
+    n, g = t.shape
+    a = t.contiguous().view(torch.uint8 if t.element_size() == 1 else torch.int16 if t.element_size() == 2 else torch.int32)
+    a = a.numpy().reshape(n, g)
+    full = np.zeros((nb * ROWS, g), dtype=a.dtype)
+    full[:n] = a
+    per_block = full.reshape(nb, ROWS, g).transpose(0, 2, 1).reshape(nb, -1).view(np.uint8)
+    out = np.zeros((nb, _pad(per_block.shape[1])), dtype=np.uint8)
+    out[:, : per_block.shape[1]] = per_block
+    return out
+
+
+def _split_param(t: torch.Tensor | None, n: int, g: int, what: str) -> tuple[ParamKind, ParamType, float, torch.Tensor | None]:
+    if t is None:
+        return ParamKind.NONE, ParamType.F32, 0.0, None
+    if tuple(t.shape) == (1, 1):
+        return ParamKind.CONST, ParamType.F32, float(t.float().item()), None
+    if tuple(t.shape) != (n, g):
+        raise ValueError(f"{what} must be [{n}, {g}] or [1, 1], got {list(t.shape)}")
+    return ParamKind.PER_GROUP, _TYPES[t.dtype], 0.0, t
+
+
+def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, offset: torch.Tensor | None,
+         bias: torch.Tensor | None, bits: int, group_size: int) -> bytes:
+    """The blob of one canonical weight (see the module docstring)."""
+    codes = unpack_int4(qdata) if bits == 4 else qdata
+    n, k = codes.shape
+    reason = unsupported_reason(n, k, group_size, bits, {"scale": scale, "zero_point": zero_point, "offset": offset})
+    if reason is not None:
+        raise ValueError(f"cannot pack a [{n}, {k}] weight for the CPU delegate: {reason}")
+    g = k // group_size
+    nb = -(-n // ROWS)
+    if tuple(scale.shape) != (n, g):
+        raise ValueError(f"scale must be [{n}, {g}], got {list(scale.shape)}")
+    zp_kind, zp_type, zp_const, zp = _split_param(zero_point, n, g, "zero_point")
+    off_kind, off_type, off_const, off = _split_param(offset, n, g, "offset")
+
+    w = codes_per_word(bits)
+    u = (codes.to(torch.int16) + (8 if bits == 4 else 128)).to(torch.uint8).numpy()  # [N, K] unsigned codes
+    full = np.zeros((nb * ROWS, k), dtype=np.uint8)
+    full[:n] = u
+    chunks = full.reshape(nb, ROWS, g, group_size // w, w)
+    if bits == 4:
+        chunks = chunks[..., 0:4] | (chunks[..., 4:8] << 4)
+    code_bytes = np.ascontiguousarray(chunks.transpose(0, 2, 3, 1, 4)).reshape(nb, -1)  # [NB][G][C][16][4]
+
+    # Row sums of the dequantized weight, accumulated in float64 (exact to fp32 rounding).
+    wdq = dequantize_weight(qdata, scale, zero_point, offset, bits, group_size).double()
+    rowsum = np.zeros((nb * ROWS,), dtype=np.float32)
+    rowsum[:n] = wdq.sum(dim=1).float().numpy()
+
+    parts = [code_bytes, _param_blocks(scale, nb)]
+    if zp is not None:
+        parts.append(_param_blocks(zp, nb))
+    if off is not None:
+        parts.append(_param_blocks(off, nb))
+    parts.append(rowsum.reshape(nb, ROWS).view(np.uint8))
+    blocks = np.concatenate(parts, axis=1)
+
+    header = HEADER.pack(MAGIC, VERSION, bits, _TYPES[scale.dtype], zp_kind, zp_type, off_kind, off_type,
+                         int(bias is not None), group_size, n, k, zp_const, off_const)
+    out = [header, blocks.tobytes()]
+    if bias is not None:
+        b = np.zeros((_pad(4 * n) // 4,), dtype=np.float32)
+        b[:n] = bias.detach().float().numpy()
+        out.append(b.tobytes())
+    return b"".join(out)
+
+
+def unpack(blob: bytes) -> PackedWeight:
+    """The canonical tensors of a blob (the inverse of `pack`; for tests and tools)."""
+    (magic, version, bits, st, zk, zt, ok, ot, has_bias, gs, n, k, zc, oc) = HEADER.unpack_from(blob, 0)
+    if magic != MAGIC or version != VERSION:
+        raise ValueError(f"not an ECW1 blob (magic {magic!r}, version {version})")
+    g, nb, w = k // gs, -(-n // ROWS), codes_per_word(bits)
+    code_len = ROWS * k * bits // 8
+    sizes = [code_len, _pad(g * ROWS * _SIZES[ParamType(st)])]
+    if zk == ParamKind.PER_GROUP:
+        sizes.append(_pad(g * ROWS * _SIZES[ParamType(zt)]))
+    if ok == ParamKind.PER_GROUP:
+        sizes.append(_pad(g * ROWS * _SIZES[ParamType(ot)]))
+    sizes.append(ALIGN)
+    stride = sum(sizes)
+    body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
+    pos = np.cumsum([0] + sizes)
+
+    words = body[:, : code_len].reshape(nb, g, gs // w, ROWS, 4).transpose(0, 3, 1, 2, 4)  # [NB][16][G][C][4]
+    if bits == 4:
+        words = np.concatenate([words & 15, words >> 4], axis=-1)
+    u = words.reshape(nb * ROWS, k)[:n].astype(np.int16)
+    if bits == 4:
+        q = u - 8
+        lo, hi = (q[:, 0::2] + 8).astype(np.uint8), (q[:, 1::2] + 8).astype(np.uint8)
+        qdata = torch.from_numpy(lo | (hi << 4))
+    else:
+        qdata = torch.from_numpy((u - 128).astype(np.int8))
+
+    def param(i: int, ptype: int) -> torch.Tensor:
+        dt = _TORCH[ParamType(ptype)]
+        size = _SIZES[ParamType(ptype)]
+        raw = np.ascontiguousarray(body[:, pos[i]: pos[i] + g * ROWS * size])
+        np_dt = {1: np.uint8, 2: np.int16, 4: np.int32}[size]
+        a = raw.view(np_dt).reshape(nb, g, ROWS).transpose(0, 2, 1).reshape(nb * ROWS, g)[:n]
+        return torch.from_numpy(np.ascontiguousarray(a)).view(dt)
+
+    scale = param(1, st)
+    nxt = 2
+    zero_point = offset = None
+    if zk == ParamKind.PER_GROUP:
+        zero_point, nxt = param(nxt, zt), nxt + 1
+    elif zk == ParamKind.CONST:
+        zero_point = torch.tensor([[zc]])
+    if ok == ParamKind.PER_GROUP:
+        offset = param(nxt, ot)
+    elif ok == ParamKind.CONST:
+        offset = torch.tensor([[oc]])
+    bias = None
+    if has_bias:
+        bias = torch.from_numpy(np.frombuffer(blob, dtype=np.float32, count=n, offset=HEADER.size + nb * stride).copy())
+    return PackedWeight(qdata, scale, zero_point, offset, bias, bits, gs)

@@ -1,0 +1,231 @@
+// ember.cpu: the runtime half of the CPU delegate (backends/cpu). Each delegate call runs one
+// quantized op over one packed weight (packed_weight.h), chosen by its compile specs:
+//   op = "linear":    x [..., K] fp32 -> [..., N] fp32; act_quant 0 (fp32 activations, the
+//                     float kernels) or 1 (torchao's int8 asymmetric per-token activations:
+//                     int8 codes q and zero point zp per row, the int kernels, then
+//                     y = scale * (sum_k q_k w_k - zp * sum_k w_k) + bias, the row sums packed
+//                     with the weight);
+//   op = "embedding": indices (int32/int64, any shape) -> [*indices.shape, K] fp32, each row
+//                     dequantized exactly as the reference does.
+// The blob holds only the weight, so a tied embedding and lm_head share one copy of it.
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "act_quant.h"
+#include "ember/runtime/backend.h"
+#include "kernel_utils.h"
+#include "packed_weight.h"
+#include "qkernels.h"
+
+namespace ember {
+namespace cpu {
+namespace {
+
+enum class Op { kLinear, kEmbedding };
+
+struct Handle {
+  PackedWeight w;
+  Op op = Op::kLinear;
+  bool act_quant = false;
+};
+
+#define CPU_ERROR(code, ...) Error::make(ErrorCode::code, "ember.cpu: " __VA_ARGS__)
+
+Error parse_specs(const CompileSpec* specs, size_t n, Handle* h) {
+  bool have_op = false;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string_view value(reinterpret_cast<const char*>(specs[i].value), specs[i].size);
+    if (specs[i].key == "op") {
+      if (value == "linear") h->op = Op::kLinear;
+      else if (value == "embedding") h->op = Op::kEmbedding;
+      else return CPU_ERROR(kInvalidProgram, "compile spec op = '%.*s', expected 'linear' or 'embedding'",
+                            static_cast<int>(value.size() > 32 ? 32 : value.size()), value.data());
+      have_op = true;
+    } else if (specs[i].key == "act_quant") {
+      if (specs[i].size != 1 || specs[i].value[0] > 1) {
+        return CPU_ERROR(kInvalidProgram, "compile spec act_quant must be one byte, 0 or 1");
+      }
+      h->act_quant = specs[i].value[0] == 1;
+    }
+  }
+  if (!have_op) return CPU_ERROR(kInvalidProgram, "the delegate has no 'op' compile spec");
+  return Error::ok();
+}
+
+// The activations in the kernels' form: int8 codes (int path) or fp32 rows used in place, plus
+// per-group sums [M][G] and, for the int path, each row's scale and zero point.
+struct Activations {
+  std::vector<int8_t> q;   // [M, K]
+  std::vector<float> asum;  // [M, G]
+  std::vector<float> scale, zp;  // [M]
+};
+
+void quantize_rows(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
+  const int64_t K = w.K, G = w.G, gs = w.gs;
+  a->q.resize(static_cast<size_t>(M * K));
+  a->asum.resize(static_cast<size_t>(M * G));
+  a->scale.resize(static_cast<size_t>(M));
+  a->zp.resize(static_cast<size_t>(M));
+  kern::parallel_rows(M, K, [&](int64_t r0, int64_t r1) {
+    for (int64_t m = r0; m < r1; ++m) {
+      const float* xr = x + m * K;
+      int8_t* qr = a->q.data() + m * K;
+      const ActParams p = act_params<RoundF32>(xr, K);
+      a->scale[m] = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
+      a->zp[m] = p.ok ? p.zp : 0.0f;
+      for (int64_t k = 0; k < K; ++k) qr[k] = p.ok ? static_cast<int8_t>(act_code<RoundF32>(xr[k], p)) : int8_t{0};
+      for (int64_t g = 0; g < G; ++g) {
+        int32_t t = 0;
+        for (int64_t k = 0; k < gs; ++k) t += qr[g * gs + k];
+        a->asum[m * G + g] = static_cast<float>(t);
+      }
+    }
+  });
+}
+
+void sum_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
+  const int64_t K = w.K, G = w.G, gs = w.gs;
+  a->asum.resize(static_cast<size_t>(M * G));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t g = 0; g < G; ++g) {
+      float t = 0.0f;
+      for (int64_t k = 0; k < gs; ++k) t += x[m * K + g * gs + k];
+      a->asum[m * G + g] = t;
+    }
+  }
+}
+
+Error run_linear(const Handle& h, KernelArgs args) {
+  const PackedWeight& w = h.w;
+  Tensor& x = args[0].tensor;
+  Tensor& out = args[1].tensor;
+  char b[96];
+  if (x.dtype != DType::kFloat32 || x.dim < 1 || x.sizes[x.dim - 1] != w.K) {
+    return CPU_ERROR(kInvalidArgument, "linear input must be float32 [..., %" PRId64 "], got %s", w.K,
+                     x.describe(b, sizeof b));
+  }
+  if (out.dtype != DType::kFloat32) return CPU_ERROR(kInvalidProgram, "linear output must be float32");
+  int64_t osz[kMaxDims];
+  for (int d = 0; d < x.dim - 1; ++d) osz[d] = x.sizes[d];
+  osz[x.dim - 1] = w.N;
+  EMBER_TRY(out.resize(osz, x.dim));
+  const int64_t M = x.prod(0, x.dim - 1), N = w.N, K = w.K, G = w.G;
+  if (M == 0) return Error::ok();
+
+  const BlockKernels& bk = block_kernels();
+  Activations act;
+  const float* xf = x.ptr<float>();
+  if (h.act_quant) quantize_rows(xf, M, w, &act);
+  else sum_groups(xf, M, w, &act);
+  const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
+  const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
+  float* y = out.ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
+  parallel_for(w.NB, grain, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> coeffs;
+    coeffs.resize(static_cast<size_t>(2 * G * kRows));
+    float* s = coeffs.data();
+    float* c = s + G * kRows;
+    float tile[kMaxM * kRows];
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      block_coeffs(w, blk, s, c);
+      const uint8_t* codes = w.block(blk);
+      const float* rowsum = reinterpret_cast<const float*>(codes + w.rowsum_offset);
+      const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
+      for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
+        const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
+        if (h.act_quant) {
+          ifn[mb - 1](codes, G, w.words_per_group, s, c, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, tile);
+        } else {
+          ffn[mb - 1](codes, G, w.words_per_group, s, c, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
+        }
+        for (int j = 0; j < mb; ++j) {
+          float* yr = y + (m0 + j) * N + n0;
+          const float* t = tile + j * kRows;
+          if (h.act_quant) {
+            const float sc = act.scale[m0 + j], zp = act.zp[m0 + j];
+            for (int64_t r = 0; r < rows; ++r) yr[r] = sc * (t[r] - zp * rowsum[r]);
+          } else {
+            std::memcpy(yr, t, static_cast<size_t>(rows) * sizeof(float));
+          }
+          if (w.bias)
+            for (int64_t r = 0; r < rows; ++r) yr[r] += w.bias[n0 + r];
+        }
+      }
+    }
+  });
+  return Error::ok();
+}
+
+Error run_embedding(const Handle& h, KernelArgs args) {
+  const PackedWeight& w = h.w;
+  Tensor& idx = args[0].tensor;
+  Tensor& out = args[1].tensor;
+  EMBER_TRY(kern::check_index_dtype(idx, "ember.cpu embedding indices"));
+  if (idx.dim >= kMaxDims) return CPU_ERROR(kInvalidArgument, "embedding indices of rank %d leave no room for the row", idx.dim);
+  if (out.dtype != DType::kFloat32) return CPU_ERROR(kInvalidProgram, "embedding output must be float32");
+  const int64_t T = idx.numel();
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n = kern::index_at(idx, t);
+    if (n < 0 || n >= w.N) {
+      return CPU_ERROR(kInvalidArgument, "embedding index %" PRId64 " (at position %" PRId64 ") is out of range for a table of %" PRId64 " rows",
+                       n, t, w.N);
+    }
+  }
+  int64_t osz[kMaxDims];
+  for (int d = 0; d < idx.dim; ++d) osz[d] = idx.sizes[d];
+  osz[idx.dim] = w.K;
+  EMBER_TRY(out.resize(osz, idx.dim + 1));
+  float* y = out.ptr<float>();
+  kern::parallel_rows(T, w.K, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) dequantize_row(w, kern::index_at(idx, t), y + t * w.K);
+  });
+  return Error::ok();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  Result<void*> init(const uint8_t* blob, size_t size, const CompileSpec* specs, size_t num_specs) override {
+    auto h = std::make_unique<Handle>();
+    EMBER_TRY(parse_specs(specs, num_specs, h.get()));
+    Result<PackedWeight> w = parse_packed_weight(blob, size);
+    if (!w.ok()) return w.error();
+    h->w = w.value();
+    if (h->op == Op::kEmbedding && h->act_quant) {
+      return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
+    }
+    return static_cast<void*>(h.release());
+  }
+
+  Error execute(void* handle, KernelContext&, KernelArgs args) override {
+    const Handle& h = *static_cast<const Handle*>(handle);
+    if (args.n != 2 || !args[0].is_tensor() || !args[1].is_tensor()) {
+      return CPU_ERROR(kInvalidProgram, "a delegate call takes one input and one output tensor, got %d values", args.n);
+    }
+    return h.op == Op::kLinear ? run_linear(h, args) : run_embedding(h, args);
+  }
+
+  void destroy(void* handle) override { delete static_cast<Handle*>(handle); }
+
+  void describe_kernels(std::vector<KernelPath>& out) const override {
+    const BlockKernels& k = block_kernels();
+    out.push_back({"cpu.linear_int8_activations", kernel_isa_name(k.int_isa)});
+    out.push_back({"cpu.linear_float_activations", kernel_isa_name(k.float_isa)});
+    out.push_back({"cpu.embedding", kernel_isa_name(KernelIsa::kPortable)});
+  }
+};
+
+}  // namespace
+}  // namespace cpu
+
+void ember_register_backend_cpu(BackendRegistry& registry) {
+  static cpu::CpuBackend backend;
+  registry.add("ember.cpu", &backend);
+}
+
+}  // namespace ember

@@ -1,0 +1,182 @@
+// Parsing and per-block coefficients of the CPU delegate's packed weight (packed_weight.h).
+#include "packed_weight.h"
+
+#include <cinttypes>
+#include <cstring>
+
+#include "kernel_utils.h"
+
+namespace ember {
+namespace cpu {
+namespace {
+
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t kAlign = 64;
+constexpr int64_t kMaxRows = int64_t{1} << 31;  // rows of one weight (vocabulary sizes included)
+constexpr int64_t kMaxK = int64_t{1} << 24;     // row length
+constexpr int64_t kMaxGroup = 65536;            // one group's int32 sum cannot overflow
+
+#define BAD_BLOB(...) Error::make(ErrorCode::kInvalidProgram, "ember.cpu weight blob: " __VA_ARGS__)
+
+struct Header {
+  char magic[4];
+  uint32_t version, bits, scale_type, zp_kind, zp_type, offset_kind, offset_type, has_bias, group_size;
+  int64_t N, K;
+  float zp_const, offset_const;
+};
+static_assert(sizeof(Header) == kHeaderBytes, "the ECW1 header is 64 bytes");
+
+size_t type_size(ParamType t) { return t == ParamType::kF32 ? 4 : t == ParamType::kI8 ? 1 : 2; }
+
+DType to_dtype(ParamType t) {
+  switch (t) {
+    case ParamType::kF16: return DType::kFloat16;
+    case ParamType::kBF16: return DType::kBFloat16;
+    case ParamType::kI8: return DType::kInt8;
+    default: return DType::kFloat32;
+  }
+}
+
+size_t pad(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Checks kind/type and, for a per-group parameter, assigns its offset in the block.
+Error place_param(uint32_t kind, uint32_t type, float constant, bool int_ok, int64_t G, const char* what,
+                  size_t* cursor, GroupParam* p) {
+  if (kind > static_cast<uint32_t>(ParamKind::kPerGroup)) return BAD_BLOB("%s kind %u is not 0, 1 or 2", what, kind);
+  const bool type_ok = type <= static_cast<uint32_t>(ParamType::kI8) && (int_ok || type != static_cast<uint32_t>(ParamType::kI8));
+  if (!type_ok) return BAD_BLOB("%s type %u is not supported", what, type);
+  p->kind = static_cast<ParamKind>(kind);
+  p->type = static_cast<ParamType>(type);
+  p->constant = p->kind == ParamKind::kConst ? constant : 0.0f;
+  if (p->kind == ParamKind::kPerGroup) {
+    p->offset = *cursor;
+    *cursor += pad(static_cast<size_t>(G) * kRows * type_size(p->type));
+  }
+  return Error::ok();
+}
+
+// dst[G][16] (fp32) from a per-group parameter of block `blk`, or its constant.
+void load_param(const GroupParam& p, const uint8_t* blk, int64_t G, float* dst) {
+  const int64_t n = G * kRows;
+  if (p.kind == ParamKind::kPerGroup) {
+    kern::convert_elements(to_dtype(p.type), blk + p.offset, DType::kFloat32, dst, n);
+  } else {
+    std::fill(dst, dst + n, p.constant);
+  }
+}
+
+// One value of a per-group parameter (row r of the block, group g) as fp32.
+float param_at(const GroupParam& p, const uint8_t* blk, int64_t g, int64_t r) {
+  if (p.kind != ParamKind::kPerGroup) return p.constant;
+  float v = 0.0f;
+  const size_t i = static_cast<size_t>(g * kRows + r);
+  kern::convert_elements(to_dtype(p.type), blk + p.offset + i * type_size(p.type), DType::kFloat32, &v, 1);
+  return v;
+}
+
+}  // namespace
+
+Result<PackedWeight> parse_packed_weight(const uint8_t* blob, size_t size) {
+  if (reinterpret_cast<uintptr_t>(blob) % 4 != 0) return BAD_BLOB("is not 4-byte aligned in memory");
+  if (size < kHeaderBytes) return BAD_BLOB("%zu bytes, shorter than its 64-byte header", size);
+  Header h;
+  std::memcpy(&h, blob, sizeof h);
+  if (std::memcmp(h.magic, "ECW1", 4) != 0) return BAD_BLOB("bad magic (not a packed weight)");
+  if (h.version != 1) return BAD_BLOB("version %u, this runtime reads version 1", h.version);
+  if (h.bits != 4 && h.bits != 8) return BAD_BLOB("bits %u, expected 4 or 8", h.bits);
+  if (h.N < 1 || h.N > kMaxRows) return BAD_BLOB("row count %" PRId64 " outside [1, 2^31]", h.N);
+  if (h.K < 1 || h.K > kMaxK) return BAD_BLOB("row length %" PRId64 " outside [1, 2^24]", h.K);
+  const int64_t per_word = h.bits == 4 ? 8 : 4;
+  const int64_t gs = h.group_size;
+  if (gs < per_word || gs % per_word != 0 || h.K % gs != 0 || gs > kMaxGroup) {
+    return BAD_BLOB("group size %" PRId64 " must be a multiple of %" PRId64 ", at most 65536, dividing the row length %" PRId64,
+                    gs, per_word, h.K);
+  }
+  PackedWeight w;
+  w.bits = static_cast<int>(h.bits);
+  w.N = h.N;
+  w.K = h.K;
+  w.gs = gs;
+  w.G = h.K / gs;
+  w.NB = (h.N + kRows - 1) / kRows;
+  w.words_per_group = gs / per_word;
+  size_t cursor = static_cast<size_t>(kRows * h.K * h.bits / 8);  // codes (a multiple of 64: K % 8 == 0)
+  if (h.scale_type > static_cast<uint32_t>(ParamType::kBF16)) return BAD_BLOB("scale type %u is not supported", h.scale_type);
+  EMBER_TRY(place_param(static_cast<uint32_t>(ParamKind::kPerGroup), h.scale_type, 0.0f, false, w.G, "scale", &cursor,
+                        &w.scale));
+  EMBER_TRY(place_param(h.zp_kind, h.zp_type, h.zp_const, true, w.G, "zero point", &cursor, &w.zero_point));
+  EMBER_TRY(place_param(h.offset_kind, h.offset_type, h.offset_const, false, w.G, "offset", &cursor, &w.offset));
+  w.rowsum_offset = cursor;
+  cursor += kAlign;
+  w.block_bytes = cursor;
+  // NB <= 2^27 and block_bytes < 2^33: the product fits in 64 bits.
+  const uint64_t body = static_cast<uint64_t>(w.NB) * w.block_bytes;
+  const uint64_t bias = h.has_bias ? pad(static_cast<size_t>(h.N) * 4) : 0;
+  if (h.has_bias > 1) return BAD_BLOB("has_bias is %u, expected 0 or 1", h.has_bias);
+  const uint64_t expected = kHeaderBytes + body + bias;
+  if (expected != size) {
+    return BAD_BLOB("%zu bytes, but a [%" PRId64 ", %" PRId64 "] %d-bit weight in groups of %" PRId64 " takes %" PRIu64,
+                    size, h.N, h.K, w.bits, gs, expected);
+  }
+  w.blocks = blob + kHeaderBytes;
+  w.bias = h.has_bias ? reinterpret_cast<const float*>(blob + kHeaderBytes + body) : nullptr;
+  return w;
+}
+
+void block_coeffs(const PackedWeight& w, int64_t b, float* s, float* c) {
+  const uint8_t* blk = w.block(b);
+  const int64_t n = w.G * kRows;
+  load_param(w.scale, blk, w.G, s);
+  load_param(w.zero_point, blk, w.G, c);  // c holds z for now
+  const float shift = w.code_shift();
+  if (w.offset.kind == ParamKind::kNone) {
+    for (int64_t i = 0; i < n; ++i) c[i] = 0.0f - s[i] * (c[i] + shift);
+    return;
+  }
+  float m[256];  // the offsets, a chunk at a time
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    const int64_t len = std::min<int64_t>(256, n - i0);
+    if (w.offset.kind == ParamKind::kPerGroup) {
+      kern::convert_elements(to_dtype(w.offset.type), blk + w.offset.offset + static_cast<size_t>(i0) * type_size(w.offset.type),
+                             DType::kFloat32, m, len);
+    } else {
+      std::fill(m, m + len, w.offset.constant);
+    }
+    for (int64_t i = 0; i < len; ++i) c[i0 + i] = m[i] - s[i0 + i] * (c[i0 + i] + shift);
+  }
+}
+
+void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
+  const int64_t b = n / kRows, r = n % kRows;
+  const uint8_t* blk = w.block(b);
+  const bool has_z = w.zero_point.kind != ParamKind::kNone, has_m = w.offset.kind != ParamKind::kNone;
+  const int per_word = w.bits == 4 ? 8 : 4;
+  const int shift = static_cast<int>(w.code_shift());
+  for (int64_t g = 0; g < w.G; ++g) {
+    const float s = param_at(w.scale, blk, g, r);
+    const float z = has_z ? param_at(w.zero_point, blk, g, r) : 0.0f;
+    const float m = has_m ? param_at(w.offset, blk, g, r) : 0.0f;
+    for (int64_t j = 0; j < w.words_per_group; ++j) {
+      const uint8_t* word = blk + static_cast<size_t>(((g * w.words_per_group + j) * kRows + r) * 4);
+      float* dst = out + g * w.gs + j * per_word;
+      for (int i = 0; i < 4; ++i) {
+        if (w.bits == 4) {
+          dst[i] = static_cast<float>((word[i] & 15) - shift);
+          dst[i + 4] = static_cast<float>((word[i] >> 4) - shift);
+        } else {
+          dst[i] = static_cast<float>(word[i] - shift);
+        }
+      }
+    }
+    float* row = out + g * w.gs;
+    // The reference's order: ((q - z) * s) + m, each step in fp32.
+    if (has_z)
+      for (int64_t k = 0; k < w.gs; ++k) row[k] -= z;
+    for (int64_t k = 0; k < w.gs; ++k) row[k] *= s;
+    if (has_m)
+      for (int64_t k = 0; k < w.gs; ++k) row[k] += m;
+  }
+}
+
+}  // namespace cpu
+}  // namespace ember

@@ -1,0 +1,55 @@
+// Micro-kernels of the CPU delegate: one block of 16 packed weight rows (packed_weight.h)
+// against up to kMaxM activation rows, from a table per ISA level chosen once for
+// ember::kernel_isa() (portable C++, AVX2, AVX-512, AVX-512 VNNI).
+//
+// Both kinds compute, for every activation row m and block row r (u: the stored codes,
+// s / c: the block's coefficients from block_coeffs, [G][16] fp32):
+//   out[m][r] = sum_g ( s[g][r] * P[m][g][r] + c[g][r] * A[m][g] )
+// int kernels:   P = sum_{k in g} u[r][k] * q[m][k], summed exactly in int32 (q: int8 codes),
+//                A = asum[m][g] = sum_{k in g} q[m][k];
+// float kernels: P = sum_{k in g} u[r][k] * x[m][k] in fp32 (x: fp32 activations),
+//                A = asum[m][g] = sum_{k in g} x[m][k].
+// That is sum_k act[m][k] * w[r][k] with w = u * s + c. Every SIMD level applies the per-group
+// step as two FMAs in the same order, so the int kernels give bit-identical results on every
+// SIMD level.
+//
+// Arguments: codes = the block's code words ([G][words_per_group][16] x 4 bytes), G and
+// words_per_group from the PackedWeight, act = activations [MB][lda] (int8 or fp32), asum =
+// [MB][G] fp32, out = [MB][16] fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "ember/runtime/cpu.h"
+
+namespace ember {
+namespace cpu {
+
+constexpr int kMaxM = 4;  // activation rows sharing one pass over a weight block
+
+using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
+                            const int8_t* q, int64_t lda, const float* asum, float* out);
+using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
+                              const float* x, int64_t lda, const float* asum, float* out);
+
+// Entry [MB - 1] handles MB activation rows. Each family records the level it runs at.
+struct BlockKernels {
+  KernelIsa int_isa = KernelIsa::kPortable;
+  KernelIsa float_isa = KernelIsa::kPortable;
+  IntBlockFn int4[kMaxM] = {};
+  IntBlockFn int8[kMaxM] = {};
+  FloatBlockFn float4[kMaxM] = {};
+  FloatBlockFn float8[kMaxM] = {};
+};
+
+// The table for kernel_isa(), built on first use (thread-safe).
+const BlockKernels& block_kernels();
+
+// Per-level fillers: each overwrites the entries it implements (qkernels_<level>.cpp).
+void add_portable_block_kernels(BlockKernels& t);
+void add_avx2_block_kernels(BlockKernels& t);
+void add_avx512_block_kernels(BlockKernels& t);
+void add_avx512vnni_block_kernels(BlockKernels& t);
+
+}  // namespace cpu
+}  // namespace ember

@@ -1,0 +1,56 @@
+// AVX-512 VNNI int kernels of the CPU delegate (see qkernels.h): VPDPBUSD multiplies the
+// unsigned codes by the signed int8 activations and adds each row's four products into its
+// int32 lane, with no intermediate saturation (4 x 255 x 128 fits easily), for 4- and 8-bit codes.
+#include "qkernels.h"
+
+#include "qkernels_simd.h"
+
+namespace ember {
+namespace cpu {
+#if EMBER_X86
+namespace {
+
+template <int BITS, int MB>
+EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
+                                const int8_t* q, int64_t lda, const float* asum, float* out) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  const __m512i nib = _mm512_set1_epi8(15);
+  __m512 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m512i d[MB];
+    for (int m = 0; m < MB; ++m) d[m] = _mm512_setzero_si512();
+    for (int64_t j = 0; j < wpg; ++j) {
+      const int64_t w = g * wpg + j;
+      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      if (BITS == 4) {
+        const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int m = 0; m < MB; ++m) {
+          const int8_t* qm = q + m * lda + w * W;
+          d[m] = _mm512_dpbusd_epi32(d[m], lo, _mm512_set1_epi32(load32(qm)));
+          d[m] = _mm512_dpbusd_epi32(d[m], hi, _mm512_set1_epi32(load32(qm + 4)));
+        }
+      } else {
+        for (int m = 0; m < MB; ++m) d[m] = _mm512_dpbusd_epi32(d[m], v, _mm512_set1_epi32(load32(q + m * lda + w * W)));
+      }
+    }
+    __m512 p[MB];
+    for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
+    group_step512<MB>(s + g * 16, c + g * 16, p, asum + g, G, acc);
+  }
+  for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
+}
+
+}  // namespace
+
+void add_avx512vnni_block_kernels(BlockKernels& t) {
+  t.int_isa = KernelIsa::kAvx512Vnni;
+  t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
+  t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
+}
+#else
+void add_avx512vnni_block_kernels(BlockKernels&) {}
+#endif
+
+}  // namespace cpu
+}  // namespace ember

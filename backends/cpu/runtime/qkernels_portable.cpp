@@ -1,0 +1,95 @@
+// Portable C++ block kernels of the CPU delegate (see qkernels.h for what they compute).
+#include "qkernels.h"
+
+namespace ember {
+namespace cpu {
+namespace {
+
+// Codes of one 32-bit word (row r's 4 bytes) in column order: 4 bits give 8 codes (low nibbles
+// are columns 0-3, high nibbles 4-7), 8 bits give 4.
+template <int BITS>
+inline void word_codes(const uint8_t* word, int* u) {
+  for (int i = 0; i < 4; ++i) {
+    if (BITS == 4) {
+      u[i] = word[i] & 15;
+      u[i + 4] = word[i] >> 4;
+    } else {
+      u[i] = word[i];
+    }
+  }
+}
+
+template <int BITS, int MB>
+void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c, const int8_t* q,
+               int64_t lda, const float* asum, float* out) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  float acc[MB][16] = {};
+  for (int64_t g = 0; g < G; ++g) {
+    int32_t d[MB][16] = {};
+    for (int64_t j = 0; j < wpg; ++j) {
+      const uint8_t* words = codes + static_cast<size_t>((g * wpg + j) * 64);
+      const int64_t k = (g * wpg + j) * W;
+      for (int r = 0; r < 16; ++r) {
+        int u[8];
+        word_codes<BITS>(words + 4 * r, u);
+        for (int m = 0; m < MB; ++m) {
+          const int8_t* qm = q + m * lda + k;
+          int32_t t = 0;
+          for (int i = 0; i < W; ++i) t += u[i] * qm[i];
+          d[m][r] += t;
+        }
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      const float a = asum[m * G + g];
+      for (int r = 0; r < 16; ++r) acc[m][r] += s[g * 16 + r] * static_cast<float>(d[m][r]) + c[g * 16 + r] * a;
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int r = 0; r < 16; ++r) out[m * 16 + r] = acc[m][r];
+}
+
+template <int BITS, int MB>
+void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c, const float* x,
+                 int64_t lda, const float* asum, float* out) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  float acc[MB][16] = {};
+  for (int64_t g = 0; g < G; ++g) {
+    float p[MB][16] = {};
+    for (int64_t j = 0; j < wpg; ++j) {
+      const uint8_t* words = codes + static_cast<size_t>((g * wpg + j) * 64);
+      const int64_t k = (g * wpg + j) * W;
+      for (int r = 0; r < 16; ++r) {
+        int u[8];
+        word_codes<BITS>(words + 4 * r, u);
+        for (int m = 0; m < MB; ++m) {
+          const float* xm = x + m * lda + k;
+          float t = 0.0f;
+          for (int i = 0; i < W; ++i) t += static_cast<float>(u[i]) * xm[i];
+          p[m][r] += t;
+        }
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      const float a = asum[m * G + g];
+      for (int r = 0; r < 16; ++r) acc[m][r] += s[g * 16 + r] * p[m][r] + c[g * 16 + r] * a;
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int r = 0; r < 16; ++r) out[m * 16 + r] = acc[m][r];
+}
+
+}  // namespace
+
+void add_portable_block_kernels(BlockKernels& t) {
+  t.int_isa = t.float_isa = KernelIsa::kPortable;
+  t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
+  t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
+  t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,
+  t.float4[3] = float_block<4, 4>;
+  t.float8[0] = float_block<8, 1>, t.float8[1] = float_block<8, 2>, t.float8[2] = float_block<8, 3>,
+  t.float8[3] = float_block<8, 4>;
+}
+
+}  // namespace cpu
+}  // namespace ember

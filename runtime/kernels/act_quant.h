@@ -1,0 +1,76 @@
+// torchao's dynamic int8 asymmetric per-token activation quantization, step for step
+// (export/quant_ops.py: quantize_activation_per_token holds the reference semantics). Shared by
+// the portable ember::quantized_linear kernel and the CPU delegate (backends/cpu), so both
+// quantize activations with exactly the same codes.
+#pragma once
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "ember/runtime/dtype.h"
+
+namespace ember {
+
+// Each step of quantize_activation_per_token runs in x's dtype: R::r rounds an fp32 result to it.
+struct RoundF32 {
+  static float r(float v) { return v; }
+  static constexpr float kSmallestNormal = FLT_MIN;
+};
+struct RoundBF16 {
+  static float r(float v) { return bf16_to_float(float_to_bf16(v)); }
+  static constexpr float kSmallestNormal = FLT_MIN;  // bf16 has fp32's exponent range
+};
+struct RoundF16 {
+  static float r(float v) { return half_to_float(float_to_half(v)); }
+  static constexpr float kSmallestNormal = 6.103515625e-05f;  // 2^-14
+};
+
+// torch.round (half to even) of |v| <= 1024 (callers clamp first): adding 1.5 * 2^23 leaves no
+// fraction bits, so the addition itself rounds in the default to-nearest-even mode.
+inline float round_half_even(float v) {
+  const float kMagic = 12582912.0f;
+  return (v + kMagic) - kMagic;
+}
+
+// The scale and zero point of one activation row, or ok=false when the row holds a NaN or an
+// infinity (the reference then yields NaN for the whole row).
+struct ActParams {
+  float scale = 1.0f, inv = 1.0f, zp = 0.0f;
+  bool ok = true;
+};
+
+template <typename R>
+inline ActParams act_params(const float* x, int64_t K) {
+  float lo = 0.0f, hi = 0.0f;  // min(min(x), 0), max(max(x), 0)
+  bool nan = false;
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = x[k];
+    nan |= v != v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  ActParams p;
+  float scale = R::r(R::r(hi - lo) / 255.0f);
+  if (scale < R::kSmallestNormal) scale = R::kSmallestNormal;
+  if (nan || !std::isfinite(scale)) {
+    p.ok = false;
+    return p;
+  }
+  p.scale = scale;
+  p.zp = std::min(std::max(R::r(-128.0f - std::nearbyint(R::r(lo / scale))), -128.0f), 127.0f);
+  p.inv = R::r(1.0f / scale);  // torch computes 1 / scale, then multiplies
+  return p;
+}
+
+// The clamped code q in [-128, 127] of activation v.
+template <typename R>
+inline float act_code(float v, const ActParams& p) {
+  float t = R::r(v * p.inv);
+  t = !(t >= -1024.0f) ? -1024.0f : (t > 1024.0f ? 1024.0f : t);
+  const float q = R::r(round_half_even(t) + p.zp);
+  return std::min(std::max(q, -128.0f), 127.0f);
+}
+
+}  // namespace ember
