@@ -41,8 +41,10 @@ def register(sub: Any) -> None:
                    help="most tokens one forward call takes, i.e. the prefill chunk (default: 128)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight and activation dtype (default: float32)")
-    p.add_argument("--backend", default=None,
-                   help="delegate backend to partition to (default: none, the portable kernels)")
+    p.add_argument("--backend", default="auto",
+                   help="delegate backend: 'auto' (default) takes 'cpu' for quantized exports (weights packed for "
+                        "the CPU's int8 kernels) and the portable kernels for full precision; 'portable' opts out; "
+                        "or a backend name ('cpu', 'reference')")
     p.add_argument("--logits", default="last", choices=["last", "all"],
                    help="'last': logits of the last position (generation); 'all': every position (evals)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")

@@ -179,6 +179,14 @@ def export_program(
     return exported, metadata, wrapper
 
 
+def resolve_backend(backend: str | None, quant: Any) -> str | None:
+    """The delegate an export partitions to: "auto" picks ``cpu`` for quantized exports (its packed
+    kernels run them) and none for full precision; "portable" / None mean no delegate."""
+    if backend == "auto":
+        return "cpu" if quant is not None else None
+    return None if backend in (None, "portable") else backend
+
+
 def export_llm(
     source: Any,
     output: str | Path | None = None,
@@ -187,7 +195,7 @@ def export_llm(
     max_seq_len: int = 128,
     dtype: str | DType = "float32",
     quant: Any = None,
-    backend: str | None = None,
+    backend: str | None = "auto",
     logits: str | LogitsMode = "last",
     tokenizer: Any = None,
     progress: bool = True,
@@ -204,7 +212,8 @@ def export_llm(
     dtype: "float32" | "bfloat16" | "float16" weights/activations.
     quant: None (full precision), a preset name ("q8", "q4", "8da4w"), "gguf" (keep a GGUF
         source's own quantized blocks exactly) or an ``ember.quant.QuantRecipe``.
-    backend: name of an ember delegate to partition to (None = portable kernels).
+    backend: "auto" (the default: the ``cpu`` delegate when ``quant`` is set, else the portable
+        kernels), "portable" or None (portable kernels only), or the name of an ember delegate.
     logits: "last" ([1, vocab], generation) or "all" ([1, T, vocab], evals).
     """
     config = ExportConfig(max_context_len=max_context_len, max_seq_len=max_seq_len, dtype=dtype, logits=logits)
@@ -219,13 +228,14 @@ def export_llm(
 
     from ember.export.backend import get_partitioner
 
+    backend = resolve_backend(backend, quant)
     partitioners = (get_partitioner(backend),) if backend is not None else ()  # fail before the slow part
     timer = StageTimer()
     exported, metadata, _ = export_program(source, config, tokenizer=tokenizer, progress=progress, quant=quant,
                                            timer=timer, lowering=True)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
-        program = lower(exported, partitioners=partitioners, metadata=metadata)
+        program = lower(exported, partitioners=partitioners, metadata={**metadata, "export.backend": backend or "portable"})
         timer.done("lower")
         bar.update(1)
         bar.set_postfix_str("writing")

@@ -32,7 +32,34 @@ struct Handle {
   PackedWeight w;
   Op op = Op::kLinear;
   bool act_quant = false;
+  bool coeffs_in_place = false;  // the kernels read the packed scales / offsets directly
 };
+
+// fp32 or fp16 scales, no per-group zero point, offsets (if any) of the scale's type.
+bool coeffs_in_place(const PackedWeight& w) {
+  const bool scale_ok = w.scale.type == ParamType::kF32 || w.scale.type == ParamType::kF16;
+  const bool offset_ok = w.offset.kind != ParamKind::kPerGroup || w.offset.type == w.scale.type;
+  return scale_ok && offset_ok && w.zero_point.kind != ParamKind::kPerGroup;
+}
+
+// Block b's coefficients for the kernels: in place, or computed into s / c ([G][16] fp32 each).
+Coeffs block_coefficients(const Handle& h, int64_t b, float* s, float* c) {
+  const PackedWeight& w = h.w;
+  Coeffs co;
+  if (h.coeffs_in_place) {
+    const uint8_t* blk = w.block(b);
+    co.scale = blk + w.scale.offset;
+    co.half = w.scale.type == ParamType::kF16;
+    co.offset = w.offset.kind == ParamKind::kPerGroup ? blk + w.offset.offset : nullptr;
+    co.m_const = w.offset.kind == ParamKind::kConst ? w.offset.constant : 0.0f;
+    co.ze = (w.zero_point.kind == ParamKind::kConst ? w.zero_point.constant : 0.0f) + w.code_shift();
+    return co;
+  }
+  block_coeffs(w, b, s, c);
+  co.scale = s;
+  co.offset = c;  // c = m - s * 0
+  return co;
+}
 
 #define CPU_ERROR(code, ...) Error::make(ErrorCode::code, "ember.cpu: " __VA_ARGS__)
 
@@ -133,16 +160,16 @@ Error run_linear(const Handle& h, KernelArgs args) {
     float* c = s + G * kRows;
     float tile[kMaxM * kRows];
     for (int64_t blk = b0; blk < b1; ++blk) {
-      block_coeffs(w, blk, s, c);
+      const Coeffs co = block_coefficients(h, blk, s, c);
       const uint8_t* codes = w.block(blk);
       const float* rowsum = reinterpret_cast<const float*>(codes + w.rowsum_offset);
       const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
         const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
         if (h.act_quant) {
-          ifn[mb - 1](codes, G, w.words_per_group, s, c, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, tile);
+          ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, tile);
         } else {
-          ffn[mb - 1](codes, G, w.words_per_group, s, c, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
+          ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
         }
         for (int j = 0; j < mb; ++j) {
           float* yr = y + (m0 + j) * N + n0;
@@ -196,6 +223,7 @@ class CpuBackend final : public Backend {
     Result<PackedWeight> w = parse_packed_weight(blob, size);
     if (!w.ok()) return w.error();
     h->w = w.value();
+    h->coeffs_in_place = coeffs_in_place(h->w);
     if (h->op == Op::kEmbedding && h->act_quant) {
       return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
     }

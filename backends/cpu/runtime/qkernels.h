@@ -2,8 +2,8 @@
 // against up to kMaxM activation rows, from a table per ISA level chosen once for
 // ember::kernel_isa() (portable C++, AVX2, AVX-512, AVX-512 VNNI).
 //
-// Both kinds compute, for every activation row m and block row r (u: the stored codes,
-// s / c: the block's coefficients from block_coeffs, [G][16] fp32):
+// Both kinds compute, for every activation row m and block row r (u: the stored codes; s, c: the
+// block's coefficients, c = m - s * ze, from a Coeffs):
 //   out[m][r] = sum_g ( s[g][r] * P[m][g][r] + c[g][r] * A[m][g] )
 // int kernels:   P = sum_{k in g} u[r][k] * q[m][k], summed exactly in int32 (q: int8 codes),
 //                A = asum[m][g] = sum_{k in g} q[m][k];
@@ -14,8 +14,8 @@
 // SIMD level.
 //
 // Arguments: codes = the block's code words ([G][words_per_group][16] x 4 bytes), G and
-// words_per_group from the PackedWeight, act = activations [MB][lda] (int8 or fp32), asum =
-// [MB][G] fp32, out = [MB][16] fp32.
+// words_per_group from the PackedWeight, co = the block's coefficients, act = activations
+// [MB][lda] (int8 or fp32), asum = [MB][G] fp32, out = [MB][16] fp32.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +27,23 @@ namespace cpu {
 
 constexpr int kMaxM = 4;  // activation rows sharing one pass over a weight block
 
-using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
-                            const int8_t* q, int64_t lda, const float* asum, float* out);
-using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
-                              const float* x, int64_t lda, const float* asum, float* out);
+// One block's coefficients, read by the kernels group by group: s = scale[g][r] and
+// c = m - s * ze, with m = offset[g][r] (or m_const when offset is null). The packed scales and
+// offsets are read in place when the format allows (fp32 or fp16 scales, a constant zero point,
+// offsets of the scale's type); otherwise block_coeffs precomputes s and c in fp32 and this
+// holds them with ze = 0.
+struct Coeffs {
+  const void* scale = nullptr;   // [G][16], fp32 or (half) fp16
+  const void* offset = nullptr;  // [G][16] in the scale's type, or null
+  bool half = false;
+  float m_const = 0.0f;
+  float ze = 0.0f;
+};
+
+using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
+                            int64_t lda, const float* asum, float* out);
+using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
+                              int64_t lda, const float* asum, float* out);
 
 // Entry [MB - 1] handles MB activation rows. Each family records the level it runs at.
 struct BlockKernels {

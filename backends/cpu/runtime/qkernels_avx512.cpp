@@ -3,6 +3,8 @@
 // replaces them where the CPU has it.
 #include "qkernels.h"
 
+#include <algorithm>
+
 #include "qkernels_simd.h"
 
 namespace ember {
@@ -10,38 +12,52 @@ namespace cpu {
 #if EMBER_X86
 namespace {
 
-// 4-bit codes x int8 activations: VPMADDUBSW (codes <= 15: no saturation), then VPMADDWD by ones.
-template <int MB>
-EMBER_AVX512 void int4_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
-                             const int8_t* q, int64_t lda, const float* asum, float* out) {
+// 4-bit codes x int8 activations: VPMADDUBSW (codes <= 15), summed in int16 over up to 4 words
+// (at most 30,720 in magnitude: no saturation), then widened by VPMADDWD with ones.
+template <int MB, int WPG>
+EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
+                                   const int8_t* q, int64_t lda, const float* asum, float* out) {
+  const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
   const __m512i nib = _mm512_set1_epi8(15), ones = _mm512_set1_epi16(1);
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     __m512i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm512_setzero_si512();
-    for (int64_t j = 0; j < wpg; ++j) {
-      const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
-      const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
-      for (int m = 0; m < MB; ++m) {
-        const int8_t* qm = q + m * lda + w * 8;
-        const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo, _mm512_set1_epi32(load32(qm))),
-                                           _mm512_maddubs_epi16(hi, _mm512_set1_epi32(load32(qm + 4))));
-        d[m] = _mm512_add_epi32(d[m], _mm512_madd_epi16(p, ones));
+    for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
+      __m512i p16[MB];
+      for (int m = 0; m < MB; ++m) p16[m] = _mm512_setzero_si512();
+      const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t w = g * wpg + j;
+        const __m512i v = _mm512_loadu_si512(codes + w * 64);
+        const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        for (int m = 0; m < MB; ++m) {
+          const int8_t* qm = q + m * lda + w * 8;
+          p16[m] = _mm512_add_epi16(p16[m], _mm512_add_epi16(_mm512_maddubs_epi16(lo, _mm512_set1_epi32(load32(qm))),
+                                                             _mm512_maddubs_epi16(hi, _mm512_set1_epi32(load32(qm + 4)))));
+        }
       }
+      for (int m = 0; m < MB; ++m) d[m] = _mm512_add_epi32(d[m], _mm512_madd_epi16(p16[m], ones));
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
-    group_step512<MB>(s + g * 16, c + g * 16, p, asum + g, G, acc);
+    group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
+}
+
+template <int MB>
+EMBER_AVX512 void int4_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
+                             int64_t lda, const float* asum, float* out) {
+  if (wpg == 4) return int4_block_fixed<MB, 4>(codes, G, wpg, co, q, lda, asum, out);  // groups of 32
+  int4_block_fixed<MB, 0>(codes, G, wpg, co, q, lda, asum, out);
 }
 
 // 8-bit codes (0..255) x int8 activations: both widened to int16 and VPMADDWD; a row's two pair
 // sums are folded at the end of the group.
 template <int MB>
-EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
+EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
                              const int8_t* q, int64_t lda, const float* asum, float* out) {
   // Even and odd int32 lanes of (rows 0-7 pairs, rows 8-15 pairs): each row's two pair sums.
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -69,14 +85,14 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
                                             _mm512_permutex2var_epi32(da[m], odd, db[m]));
       p[m] = _mm512_cvtepi32_ps(rows);
     }
-    group_step512<MB>(s + g * 16, c + g * 16, p, asum + g, G, acc);
+    group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }
 
 // Codes x fp32 activations: column i of a word is (word >> shift_i) & mask, converted to fp32.
 template <int BITS, int MB>
-EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
+EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
                               const float* x, int64_t lda, const float* asum, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   const __m512i mask = _mm512_set1_epi32(BITS == 4 ? 15 : 255);
@@ -108,7 +124,7 @@ EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, cons
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_add_ps(p0[m], p1[m]);
-    group_step512<MB>(s + g * 16, c + g * 16, p, asum + g, G, acc);
+    group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }

@@ -10,10 +10,12 @@ namespace cpu {
 #if EMBER_X86
 namespace {
 
-template <int BITS, int MB>
-EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c,
-                                const int8_t* q, int64_t lda, const float* asum, float* out) {
+// WPG > 0 fixes the words per group at compile time (groups of 32: 4 words at 4 bits, 8 at 8).
+template <int BITS, int MB, int WPG>
+EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
+                                      const int8_t* q, int64_t lda, const float* asum, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
+  const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
   const __m512i nib = _mm512_set1_epi8(15);
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
@@ -36,9 +38,17 @@ EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, co
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
-    group_step512<MB>(s + g * 16, c + g * 16, p, asum + g, G, acc);
+    group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
+}
+
+template <int BITS, int MB>
+EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
+                                int64_t lda, const float* asum, float* out) {
+  constexpr int kG32 = BITS == 4 ? 4 : 8;
+  if (wpg == kG32) return int_block_fixed<BITS, MB, kG32>(codes, G, wpg, co, q, lda, asum, out);
+  int_block_fixed<BITS, MB, 0>(codes, G, wpg, co, q, lda, asum, out);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Portable C++ block kernels of the CPU delegate (see qkernels.h for what they compute).
 #include "qkernels.h"
 
+#include "ember/runtime/dtype.h"
+
 namespace ember {
 namespace cpu {
 namespace {
@@ -19,8 +21,17 @@ inline void word_codes(const uint8_t* word, int* u) {
   }
 }
 
+// Row r of group g's scale and c = m - s * ze.
+inline void coeffs_at(const Coeffs& co, int64_t i, float* s, float* c) {
+  const float sv = co.half ? half_to_float(static_cast<const uint16_t*>(co.scale)[i]) : static_cast<const float*>(co.scale)[i];
+  float m = co.m_const;
+  if (co.offset) m = co.half ? half_to_float(static_cast<const uint16_t*>(co.offset)[i]) : static_cast<const float*>(co.offset)[i];
+  *s = sv;
+  *c = m - sv * co.ze;
+}
+
 template <int BITS, int MB>
-void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c, const int8_t* q,
+void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
                int64_t lda, const float* asum, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
@@ -42,7 +53,11 @@ void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, con
     }
     for (int m = 0; m < MB; ++m) {
       const float a = asum[m * G + g];
-      for (int r = 0; r < 16; ++r) acc[m][r] += s[g * 16 + r] * static_cast<float>(d[m][r]) + c[g * 16 + r] * a;
+      for (int r = 0; r < 16; ++r) {
+        float s, c;
+        coeffs_at(co, g * 16 + r, &s, &c);
+        acc[m][r] += s * static_cast<float>(d[m][r]) + c * a;
+      }
     }
   }
   for (int m = 0; m < MB; ++m)
@@ -50,7 +65,7 @@ void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, con
 }
 
 template <int BITS, int MB>
-void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, const float* c, const float* x,
+void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
                  int64_t lda, const float* asum, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
@@ -72,7 +87,11 @@ void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const float* s, c
     }
     for (int m = 0; m < MB; ++m) {
       const float a = asum[m * G + g];
-      for (int r = 0; r < 16; ++r) acc[m][r] += s[g * 16 + r] * p[m][r] + c[g * 16 + r] * a;
+      for (int r = 0; r < 16; ++r) {
+        float s, c;
+        coeffs_at(co, g * 16 + r, &s, &c);
+        acc[m][r] += s * p[m][r] + c * a;
+      }
     }
   }
   for (int m = 0; m < MB; ++m)
