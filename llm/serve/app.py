@@ -35,7 +35,7 @@ from ember.llm.serve.generation import Finished, Generation, finish_reason
 from ember.llm.serve.metrics import Metrics
 from ember.llm.serve.pool import PoolClosed, QueueFull, SessionPool, Slot
 from ember.llm.serve.protocol import ChatRequest, CompletionRequest, Sampling, parse_chat, parse_completion
-from ember.runtime.errors import EmberError
+from ember.runtime.errors import EmberError, InvalidArgumentError
 
 __all__ = ["create_app"]
 
@@ -160,9 +160,10 @@ class _Server:
                 return _EventStream(self.stream(generation, answer, req.include_usage, t0),
                                     on_close=lambda: self.cancelled(generation))
             return JSONResponse(await self.collect(request, generation, answer, t0))
-        except APIError as error:
-            status = error.status
-            return JSONResponse(error.body(), status_code=error.status)
+        except (APIError, InvalidArgumentError) as error:
+            api_error = _as_api_error(error)
+            status = api_error.status
+            return JSONResponse(api_error.body(), status_code=api_error.status)
         except _ClientGone:
             status = 499  # nginx's "client closed request": nobody reads this answer
             return Response(status_code=499)
@@ -207,17 +208,22 @@ class _Server:
                      ) -> AsyncIterator[str]:
         yield _sse(answer.chunk(role=True, include_usage=include_usage))
         first = True
-        async for event in generation.events():
-            if isinstance(event, Finished):
-                self.finished(event, answer, t0 if first else None)
-                yield _sse(answer.chunk(finish=finish_reason(event.stats.stop_reason), include_usage=include_usage))
-                if include_usage:
-                    yield _sse(answer.usage_chunk(event))
-                break
-            if first:
-                self.metrics.time_to_first_token(time.perf_counter() - t0)
-                first = False
-            yield _sse(answer.chunk(text=event, include_usage=include_usage))
+        try:
+            async for event in generation.events():
+                if isinstance(event, Finished):
+                    self.finished(event, answer, t0 if first else None)
+                    yield _sse(answer.chunk(finish=finish_reason(event.stats.stop_reason),
+                                            include_usage=include_usage))
+                    if include_usage:
+                        yield _sse(answer.usage_chunk(event))
+                    break
+                if first:
+                    self.metrics.time_to_first_token(time.perf_counter() - t0)
+                    first = False
+                yield _sse(answer.chunk(text=event, include_usage=include_usage))
+        except Exception as error:  # headers are sent: the error travels as an event (as OpenAI's does)
+            log.exception("streamed generation failed")
+            yield _sse(_as_api_error(error).body())
         yield "data: [DONE]\n\n"
 
     async def models(self, request: Request) -> Response:
@@ -296,6 +302,14 @@ class _Answer:
     def usage_chunk(self, event: Finished) -> dict:
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [], "usage": self._usage(event)}
+
+
+def _as_api_error(error: Exception) -> APIError:
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, InvalidArgumentError):  # a value the runner refused: the request's fault
+        return bad_request(str(error))
+    return APIError(500, "internal server error (see the server log)", type="server_error")
 
 
 def _sse(obj: dict) -> str:
