@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "ember.llm.cli_generate",
     "ember.llm.cli_chat",
     "ember.llm.cli_bench",
+    "ember.llm.serve.cli",
     "ember.export.cli_inspect",
     "ember.evals.cli_eval",
 )

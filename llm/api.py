@@ -105,19 +105,49 @@ class LLM:
             raise EmberIOError(f"no such file: '{path}'; pass the path of a .ember file made by `ember export`")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise InvalidArgumentError(f"threads must be None (one per physical core) or an int >= 1, got {threads!r}")
+        self._setup(path, _runner, _runner.Runner(path, threads or 0, bool(mmap)), None)
+
+    def _setup(self, path: str, native: Any, runner: Any, parent: "LLM | None") -> None:
         self.path = path
-        self._native = _runner
-        self._runner = _runner.Runner(path, threads or 0, bool(mmap))
-        self.metadata: dict[str, Any] = dict(self._runner.metadata)
+        self._native = native
+        self._runner = runner
+        self.metadata: dict[str, Any] = parent.metadata if parent is not None else dict(runner.metadata)
         self.vocab_size: int = int(self._runner.vocab_size)
         self.max_context_len: int = int(self._runner.max_context_len)
         self.max_seq_len: int = int(self._runner.max_seq_len)
         self.eos_ids: list[int] = list(self._runner.eos_ids)
         self.generation_config = GenerationConfig.from_metadata(self.metadata)
-        self._tokenizer: Any = None
-        self._chat_template: Any = None
+        # Immutable once built: sessions share their parent's (built ones; else they build their own).
+        self._tokenizer: Any = parent._tokenizer if parent is not None else None
+        self._chat_template: Any = parent._chat_template if parent is not None else None
         self._generation = 0  # bumps on every start: a stale stream refuses to continue
         self._stats = GenerationStats.from_native(self._runner.stats)
+
+    def session(self) -> "LLM":
+        """Another, independent conversation over the same loaded weights (never loaded again).
+
+        The session has its own KV cache, activation arena, cached prompt and stats, and the
+        same generate/chat API. Sessions may generate at the same time from different threads
+        (one thread per session at a time), with the same results as one after another; each
+        costs its KV cache (`state_bytes`) plus its arena (`arena_bytes`), not the weights.
+        The kernel thread pool is process-wide: a session that finds it busy runs on its own thread."""
+        if self._tokenizer is None and self.metadata.get("tokenizer.data") is not None:
+            _ = self.tokenizer  # build once here, so sessions share it (tokenizers are thread-safe)
+        if self._chat_template is None and self.metadata.get("chat.template"):
+            _ = self.chat_template
+        other = LLM.__new__(LLM)
+        other._setup(self.path, self._native, self._runner.session(), self)
+        return other
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of this conversation's KV cache (program state)."""
+        return int(self._runner.state_bytes)
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of this conversation's activation arena."""
+        return int(self._runner.arena_bytes)
 
     # --- properties -----------------------------------------------------------------------
     @property
@@ -243,9 +273,23 @@ class LLM:
                 "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
                 f"got {messages!r:.80}"
             )
+        return self.generate(self.chat_ids(messages), stream=stream, config=config, **settings)
+
+    def chat_ids(self, messages: Sequence[Message]) -> list[int]:
+        """The prompt ids chat() generates from: the chat template applied to `messages`, each
+        message's text encoded as plain text (a special-token string in it is not a token)."""
+        from ember.llm.chat_encode import encode_chat
+
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+            raise InvalidArgumentError(
+                "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
+                f"got {messages!r:.80}"
+            )
         text = self.chat_template.render(list(messages), add_generation_prompt=True)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return self.generate(ids, stream=stream, config=config, **settings)
+        try:
+            return encode_chat(self.tokenizer, text, list(messages))
+        except ValueError as error:
+            raise InvalidArgumentError(str(error)) from None
 
     def generate_ids(self, prompt: str | Sequence[int], **settings: Any) -> list[int]:
         """Like generate() but returns the generated token ids (no detokenization, no stop strings)."""

@@ -71,6 +71,8 @@ class _Backend(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
     def token_to_id(self, token: str) -> int | None: ...
     def id_to_token(self, token_id: int) -> str | None: ...
+    def added_token_strings(self) -> tuple[str, ...]: ...
+    def encode_plain(self, text: str) -> list[int]: ...
 
 
 class _HFJsonBackend:
@@ -78,6 +80,7 @@ class _HFJsonBackend:
         from tokenizers import Tokenizer as HFTokenizer
 
         self._tok = HFTokenizer.from_str(data.decode("utf-8"))
+        self._plain: Any = None  # built on first encode_plain
         self._config = config
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
@@ -92,6 +95,18 @@ class _HFJsonBackend:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def added_token_strings(self) -> tuple[str, ...]:
+        return tuple(t.content for t in self._tok.get_added_tokens_decoder().values() if t.content)
+
+    def encode_plain(self, text: str) -> list[int]:
+        if self._plain is None:
+            # A second instance: flipping encode_special_tokens on the shared one would race
+            # with other threads encoding at the same time.
+            plain = self._tok.from_str(self._tok.to_str())
+            plain.encode_special_tokens = True
+            self._plain = plain
+        return self._plain.encode(text, add_special_tokens=False).ids
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
@@ -127,6 +142,12 @@ class _SentencePieceBackend:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         ids = [i for i in ids if not (skip_special_tokens and i in self._special)]
         return self._sp.DecodeIds(ids)
+
+    def added_token_strings(self) -> tuple[str, ...]:
+        return ()  # SentencePiece encodes control-token strings in text as plain pieces
+
+    def encode_plain(self, text: str) -> list[int]:
+        return list(self._sp.EncodeAsIds(text))
 
     def token_to_id(self, token: str) -> int | None:
         token_id = self._sp.PieceToId(token)
@@ -186,6 +207,15 @@ class Tokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)
+
+    def added_token_strings(self) -> tuple[str, ...]:
+        """Strings that encode() turns into added/special token ids when they occur in text."""
+        return self._backend.added_token_strings()
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Ids of `text` as plain text: added/special token strings in it are not matched as
+        tokens, and no BOS/EOS is added (for user-supplied message text)."""
+        return self._backend.encode_plain(text)
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(token_id)

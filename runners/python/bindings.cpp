@@ -81,6 +81,19 @@ class PyRunner {
     runner_ = unwrap(std::move(r));
   }
 
+  // A runner made in C++ (a session of another runner).
+  explicit PyRunner(std::unique_ptr<TextRunner> runner) : runner_(std::move(runner)) {}
+
+  // A new session over the same loaded program: its own KV cache and runner state. Takes no
+  // lock (it reads only what never changes after load), so it works while this runner generates.
+  std::unique_ptr<PyRunner> session() {
+    Result<std::unique_ptr<TextRunner>> r = [&] {
+      py::gil_scoped_release nogil;
+      return runner_->new_session();
+    }();
+    return std::make_unique<PyRunner>(unwrap(std::move(r)));
+  }
+
   std::unique_lock<std::mutex> lock() {
     std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
     if (!lk.owns_lock()) {
@@ -231,6 +244,10 @@ PYBIND11_MODULE(_runner, m) {
       .def_property_readonly("max_context_len", [](PyRunner& r) { return r.runner().info().max_context_len; })
       .def_property_readonly("bos_id", [](PyRunner& r) { return r.runner().info().bos_id; })
       .def_property_readonly("eos_ids", [](PyRunner& r) { return r.runner().info().eos_ids; })
+      .def("session", &PyRunner::session,
+           "A new, independent session over the same loaded weights (its own KV cache, arena and state).")
+      .def_property_readonly("state_bytes", [](PyRunner& r) { return r.runner().decoder().state_bytes(); })
+      .def_property_readonly("arena_bytes", [](PyRunner& r) { return r.runner().decoder().arena_bytes(); })
       .def("start", &PyRunner::start, py::arg("prompt_ids"), py::arg("config"),
            "Validates the prompt, reuses the cached prefix and prefills the rest (GIL released).")
       .def("next", &PyRunner::next, "The next generated token id, or None when generation ended (see stop_reason).")

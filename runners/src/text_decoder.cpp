@@ -7,14 +7,16 @@
 namespace ember {
 namespace runners {
 
-Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program> program, std::string_view method) {
+Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program> program, std::string_view method,
+                                                         std::shared_ptr<ProgramState> state) {
   EMBER_CHECK_ARG(program != nullptr, "TextDecoder::create got a null program");
   auto info = LlmInfo::from_program(*program);
   if (!info.ok()) return info.error();
-  auto m = program->load_method(method);
+  auto m = program->load_method(method, state);
   if (!m.ok()) return m.error().with_context("loading the LLM method");
   std::unique_ptr<TextDecoder> d(new TextDecoder());
   d->program_ = std::move(program);
+  d->state_ = std::move(state);
   d->method_ = std::move(m).value();
   d->info_ = std::move(info).value();
   EMBER_CHECK(d->method_->num_inputs() == 2 && d->method_->num_outputs() >= 1, ErrorCode::kInvalidProgram,
@@ -27,6 +29,13 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program
     d->info_.max_seq_len = spec.sizes[1];
   }
   return d;
+}
+
+size_t TextDecoder::state_bytes() const {
+  if (state_ != nullptr) return state_->nbytes();
+  size_t n = 0;
+  for (const StateInfo& s : program_->state()) n += (s.tensor.capacity + 63) / 64 * 64;
+  return n;
 }
 
 Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos) {

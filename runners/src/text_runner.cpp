@@ -29,13 +29,21 @@ Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, in
   return runner;
 }
 
-Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> program) {
+Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> program,
+                                                      std::shared_ptr<ProgramState> state) {
   const Clock::time_point t0 = Clock::now();
-  auto decoder = TextDecoder::create(std::move(program));
+  auto decoder = TextDecoder::create(std::move(program), "forward", std::move(state));
   if (!decoder.ok()) return decoder.error();
   std::unique_ptr<TextRunner> runner(new TextRunner(std::move(decoder).value()));
   runner->stats_.load_ms = ms_since(t0);
   return runner;
+}
+
+Result<std::unique_ptr<TextRunner>> TextRunner::new_session() const {
+  std::shared_ptr<Program> program = decoder_->shared_program();
+  auto state = program->new_state();
+  if (!state.ok()) return state.error();
+  return create(std::move(program), std::move(state).value());
 }
 
 bool TextRunner::is_stop_id(int64_t token) const {

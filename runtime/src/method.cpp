@@ -52,8 +52,9 @@ Method::~Method() {
   std::free(arena_);
 }
 
-Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
+Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared_ptr<ProgramState> session_state) {
   program_ = std::move(program);
+  state_ = std::move(session_state);
   const fb::Method* m = program_->root()->methods()->Get(index);
   name_ = m->name() != nullptr ? m->name()->str() : "";
 
@@ -75,7 +76,7 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index) {
                 "%s refers to value %d, outside the %u values of method '%s'", what, k, nv, name_.c_str());
     return Error::ok();
   };
-  const auto& state = program_->state();
+  const auto& state = state_ != nullptr ? state_->tensors() : program_->state();  // a session's or the default
   for (uint32_t i = 0; i < nv; ++i) {
     const fb::Value* fv = vals->Get(i);
     EValue& v = values_[i];

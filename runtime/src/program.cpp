@@ -372,7 +372,10 @@ std::vector<std::string> Program::method_names() const {
   return out;
 }
 
-Result<std::unique_ptr<Method>> Program::load_method(std::string_view name) {
+Result<std::unique_ptr<Method>> Program::load_method(std::string_view name, std::shared_ptr<ProgramState> state) {
+  EMBER_CHECK_ARG(state == nullptr || state->program() == this,
+                  "load_method('%.*s') got a state made by another program; use this program's new_state()",
+                  static_cast<int>(name.size()), name.data());
   const auto* ms = root_->methods();
   const uint32_t n = ms == nullptr ? 0 : ms->size();
   std::string known;
@@ -381,7 +384,7 @@ Result<std::unique_ptr<Method>> Program::load_method(std::string_view name) {
     const std::string_view s = mn != nullptr ? std::string_view(mn->c_str(), mn->size()) : "";
     if (s == name) {
       std::unique_ptr<Method> m(new Method());
-      Error e = m->load(shared_from_this(), i);
+      Error e = m->load(shared_from_this(), i, std::move(state));
       if (e) return e.with_context("loading method '" + std::string(name) + "'");
       return m;
     }

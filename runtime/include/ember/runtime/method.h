@@ -4,6 +4,8 @@
 // by the memory planner). Inputs are bound by pointer (no copy) and must stay alive and
 // unchanged until execute() returns. Outputs are views into the arena, the state or the
 // constants, valid until the next execute(). A Method is not thread-safe: use one per thread.
+// Its state values point into the ProgramState it was loaded with (or the program's default
+// state); Methods bound to different states may run at the same time (see state.h).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "ember/runtime/backend.h"
 #include "ember/runtime/evalue.h"
 #include "ember/runtime/kernel.h"
+#include "ember/runtime/state.h"
 
 namespace ember {
 
@@ -58,9 +61,10 @@ class Method {
   Method();
   struct Instr;
   struct DelegateInstance;
-  Error load(std::shared_ptr<Program> program, uint32_t index);
+  Error load(std::shared_ptr<Program> program, uint32_t index, std::shared_ptr<ProgramState> session_state);
 
   std::shared_ptr<Program> program_;
+  std::shared_ptr<ProgramState> state_;              // null: the program's default state
   std::string name_;
   std::vector<EValue> values_;
   std::vector<std::vector<EValue*>> lists_;         // storage for list items

@@ -6,8 +6,9 @@
 // huge-page-backed memory; `load_bytes` copies the buffer once.
 // Loading verifies the header, the flatbuffer and every index/offset/size read from it, so a
 // corrupted file yields an Error, never a crash. The Program owns the mapped bytes and the
-// program-level state (e.g. the KV cache) shared by all methods; keep it alive (shared_ptr)
-// as long as any Method created from it.
+// default program-level state (e.g. the KV cache) shared by all methods loaded without a
+// state of their own (see state.h for per-session state); keep it alive (shared_ptr) as long
+// as any Method or ProgramState created from it.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "ember/runtime/error.h"
+#include "ember/runtime/state.h"
 #include "ember/runtime/tensor.h"
 
 namespace ember {
@@ -57,11 +59,6 @@ enum class LoadMode : uint8_t {
   kCopy,
 };
 
-struct StateInfo {
-  std::string name;
-  Tensor tensor;  // points into program-owned memory
-};
-
 class Program : public std::enable_shared_from_this<Program> {
  public:
   ~Program();
@@ -73,8 +70,12 @@ class Program : public std::enable_shared_from_this<Program> {
   static Result<std::shared_ptr<Program>> load_bytes(const uint8_t* data, size_t size);
 
   std::vector<std::string> method_names() const;
-  // Creates an executable instance of a method (its own arena and value table).
-  Result<std::unique_ptr<Method>> load_method(std::string_view name);
+  // Creates an executable instance of a method (its own arena and value table). Its state
+  // values point into `state` when given (which must come from this program's new_state(); the
+  // Method keeps it alive), else into the program's default state.
+  // Errors: kNotFound (no such method), kInvalidArgument (a state of another program),
+  // kInvalidProgram / kOutOfMemory from loading the method.
+  Result<std::unique_ptr<Method>> load_method(std::string_view name, std::shared_ptr<ProgramState> state = nullptr);
 
   const std::vector<MetaEntry>& metadata() const { return metadata_; }
   const MetaEntry* find_metadata(std::string_view key) const;  // nullptr when absent
@@ -82,6 +83,9 @@ class Program : public std::enable_shared_from_this<Program> {
   // Program-level state shared by methods; reset_state() restores the initial values.
   const std::vector<StateInfo>& state() const { return state_; }
   void reset_state();
+  // A new, independent instance of the program state (initial values; see state.h), for a
+  // second conversation over the same weights. Errors: kOutOfMemory.
+  Result<std::shared_ptr<ProgramState>> new_state() const;
 
   size_t file_size() const { return size_; }
   LoadMode load_mode() const { return mode_; }
