@@ -21,6 +21,7 @@ LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemm_ukernel", "f32.softmax",
                 "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
+CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.embedding"}
 
 
 def _info_with(isa: str | None) -> dict:
@@ -41,7 +42,7 @@ def _supported() -> list[str]:
 def test_cpu_info_reports_features_and_every_kernel_family() -> None:
     info = _info_with(None)
     assert info["isa"] == info["best_isa"] and info["isa_error"] is None
-    assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES
+    assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES | CPU_DELEGATE_FAMILIES
     f = info["features"]
     if f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["fma"]:
         assert info["best_isa"] == ("avx512vnni" if f["avx512_vnni"] else "avx512")
@@ -49,8 +50,9 @@ def test_cpu_info_reports_features_and_every_kernel_family() -> None:
         assert info["best_isa"] == "avx2"
     else:
         assert info["best_isa"] == "portable"
-    if info["best_isa"] != "portable":  # no fp32 entry is left on the portable path
+    if info["best_isa"] != "portable":  # no fp32 or delegate linear entry is left on the portable path
         assert all(info["kernels"][k] != "portable" for k in F32_FAMILIES), info["kernels"]
+        assert info["kernels"]["cpu.linear_int8_activations"] == info["best_isa"], info["kernels"]
     assert ember.runtime.cpu_info()["best_isa"] == info["best_isa"]  # in-process, unforced
 
 
