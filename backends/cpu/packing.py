@@ -36,7 +36,6 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from ember.export.quant_ops import dequantize_weight, unpack_int4
 
 MAGIC = b"ECW1"
 VERSION = 1
@@ -133,8 +132,8 @@ def _split_param(t: torch.Tensor | None, n: int, g: int, what: str) -> tuple[Par
 def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, offset: torch.Tensor | None,
          bias: torch.Tensor | None, bits: int, group_size: int) -> bytes:
     """The blob of one canonical weight (see the module docstring)."""
-    codes = unpack_int4(qdata) if bits == 4 else qdata
-    n, k = codes.shape
+    raw = qdata.contiguous().numpy()
+    n, k = raw.shape[0], raw.shape[1] * (2 if bits == 4 else 1)
     reason = unsupported_reason(n, k, group_size, bits, {"scale": scale, "zero_point": zero_point, "offset": offset})
     if reason is not None:
         raise ValueError(f"cannot pack a [{n}, {k}] weight for the CPU delegate: {reason}")
@@ -146,18 +145,25 @@ def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | No
     off_kind, off_type, off_const, off = _split_param(offset, n, g, "offset")
 
     w = codes_per_word(bits)
-    u = (codes.to(torch.int16) + (8 if bits == 4 else 128)).to(torch.uint8).numpy()  # [N, K] unsigned codes
-    full = np.zeros((nb * ROWS, k), dtype=np.uint8)
-    full[:n] = u
-    chunks = full.reshape(nb, ROWS, g, group_size // w, w)
+    u = np.zeros((nb * ROWS, k), dtype=np.uint8)  # unsigned codes, rows past N zero
+    if bits == 4:  # byte j of a row: code 2j in the low nibble, 2j + 1 in the high one (both + 8)
+        u[:n, 0::2] = raw & 15
+        u[:n, 1::2] = raw >> 4
+    else:
+        u[:n] = raw.view(np.uint8) ^ 0x80  # q + 128
+    chunks = u.reshape(nb, ROWS, g, group_size // w, w)
     if bits == 4:
         chunks = chunks[..., 0:4] | (chunks[..., 4:8] << 4)
     code_bytes = np.ascontiguousarray(chunks.transpose(0, 2, 3, 1, 4)).reshape(nb, -1)  # [NB][G][C][16][4]
 
-    # Row sums of the dequantized weight, accumulated in float64 (exact to fp32 rounding).
-    wdq = dequantize_weight(qdata, scale, zero_point, offset, bits, group_size).double()
+    # Row sums of the dequantized weight, sum_k ((q - z) * s + m) per group, in float64: with Q the
+    # group's code sum, s * (Q - gs * z) + gs * m.
+    q_sum = u[:n].reshape(n, g, group_size).sum(axis=2, dtype=np.int64) - group_size * (8 if bits == 4 else 128)
+    s64 = scale.double().numpy()
+    z64 = zero_point.double().numpy() if zero_point is not None else 0.0
+    m64 = offset.double().numpy() if offset is not None else 0.0
     rowsum = np.zeros((nb * ROWS,), dtype=np.float32)
-    rowsum[:n] = wdq.sum(dim=1).float().numpy()
+    rowsum[:n] = (s64 * (q_sum - group_size * z64) + group_size * m64).sum(axis=1)
 
     parts = [code_bytes, _param_blocks(scale, nb)]
     if zp is not None:
