@@ -8,7 +8,7 @@ so a slow spell of a shared machine hits all of them alike. Each run: a 128-toke
 prose (prefill), then 128 greedy tokens (decode), EOS ignored, the cache cleared between runs.
 
 - ember: files exported from the packaged GGUF into --work-dir (`--reuse` keeps existing ones):
-  fp32, 8w (per channel), 8da4w (the preset), gguf (the GGUF's own Q4_1 blocks, `--quant gguf`);
+  fp32, q8 (8w per channel), 8da4w (the preset), q4, gguf (the GGUF's own Q4_1 blocks, `--quant gguf`);
   quantized files use the CPU delegate (the export default). Timings are the runner's stats.
 - llama.cpp (`llama-cpp-python`, built from source with CMAKE_ARGS="-DGGML_NATIVE=ON"; the optional
   `bench` extra): the packaged Q4_1 file and Q4_0 / Q8_0 requantized from it with
@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"
-EMBER_RECIPES = {"fp32": None, "8w": "8w", "8da4w": "8da4w", "gguf": "gguf", "q4": "q4"}
+EMBER_RECIPES = {"fp32": None, "q8": "q8", "q4": "q4", "8da4w": "8da4w", "gguf": "gguf"}  # q8: 8w per channel
 LLAMA_TYPES = {"q4_0": 2, "q8_0": 7, "q4_1": None}  # llama_ftype values; None: the packaged file itself
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--work-dir", type=Path, default=Path("bench-peers"), help="exported files (default ./bench-peers)")
     p.add_argument("--reuse", action="store_true", help="keep files already in --work-dir instead of re-exporting")
-    p.add_argument("--ember", default="fp32,8w,8da4w,gguf", help=f"ember recipes, from {sorted(EMBER_RECIPES)}")
+    p.add_argument("--ember", default="fp32,q8,8da4w,gguf", help=f"ember recipes, from {sorted(EMBER_RECIPES)}")
     p.add_argument("--llama", default="q4_0,q8_0,q4_1", help=f"llama.cpp types, from {sorted(LLAMA_TYPES)}")
     p.add_argument("--hf", action="store_true", help="also run transformers eager fp32 (slow)")
     p.add_argument("--text", type=Path, default=DEFAULT_TEXT)
