@@ -1,12 +1,15 @@
 // ember.reference: interprets the float32 add/mul/linear subgraphs packed by
 // backends/reference/partitioner.py (see its docstring for the blob layout).
-// Every count, index and size read from the blob is checked in init().
+// Every count, index and size read from the blob is checked in init(): operands refer only to
+// values an earlier op produced, "none" is accepted only as linear's bias, and the values'
+// storage is bounded by ember::memory_limit() before it is allocated.
 #include <cinttypes>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "ember/runtime/backend.h"
+#include "ember/runtime/memory_limit.h"
 
 namespace ember {
 namespace {
@@ -96,13 +99,19 @@ Result<void*> parse(const uint8_t* blob, size_t size) {
     c.storage.assign(reinterpret_cast<const float*>(data), reinterpret_cast<const float*>(data) + n);
     c.data = c.storage.data();  // copied: blob offsets are not float-aligned in general
   }
-  p->values.resize(nvalues);
-  for (auto& v : p->values) {
-    uint64_t max_numel;
-    if (!r.read(&max_numel) || max_numel > (uint64_t{1} << 32)) return BAD_BLOB("bad value size");
-    v.storage.resize(max_numel);
-    v.data = v.storage.data();
+  std::vector<uint64_t> value_numel(nvalues);
+  uint64_t value_bytes = 0;
+  for (auto& n : value_numel) {
+    if (!r.read(&n) || n > (uint64_t{1} << 40)) return BAD_BLOB("bad value size");
+    value_bytes += n * sizeof(float);
   }
+  EMBER_TRY(check_memory(value_bytes, "ember.reference: the delegate's intermediate values"));
+  p->values.resize(nvalues);
+  for (uint32_t i = 0; i < nvalues; ++i) {
+    p->values[i].storage.resize(value_numel[i]);
+    p->values[i].data = p->values[i].storage.data();
+  }
+  std::vector<bool> produced(nvalues, false);
   p->ops.resize(nops);
   for (auto& op : p->ops) {
     uint32_t code, nrefs;
@@ -113,13 +122,27 @@ Result<void*> parse(const uint8_t* blob, size_t size) {
       if (!r.read(&kind) || !r.read(&index) || kind > 3) return BAD_BLOB("bad operand");
       const uint32_t limit = kind == 0 ? p->num_inputs : kind == 1 ? nvalues : kind == 2 ? nconsts : 1;
       if (index >= limit) return BAD_BLOB("operand index %u out of range", index);
+      // Only linear's bias is optional; any other "none" operand would be read.
+      if (static_cast<RefKind>(kind) == RefKind::kNone && !(op.code == Opcode::kLinear && k == 2)) {
+        return BAD_BLOB("operand %u of op %zu is none, which only linear's bias may be", k,
+                        static_cast<size_t>(&op - p->ops.data()));
+      }
+      if (static_cast<RefKind>(kind) == RefKind::kValue && !produced[index]) {
+        return BAD_BLOB("op %zu reads value %u before an op produces it", static_cast<size_t>(&op - p->ops.data()),
+                        index);
+      }
       op.refs.push_back(Ref{static_cast<RefKind>(kind), index});
     }
     if (!r.read(&op.out) || op.out >= nvalues) return BAD_BLOB("bad op output");
+    for (const Ref& ref : op.refs) {
+      if (ref.kind == RefKind::kValue && ref.index == op.out) return BAD_BLOB("op writes value %u, which it reads", op.out);
+    }
+    produced[op.out] = true;
   }
   p->outputs.resize(nouts);
   for (auto& o : p->outputs) {
     if (!r.read(&o) || o >= nvalues) return BAD_BLOB("bad output index");
+    if (!produced[o]) return BAD_BLOB("output value %u is never produced", o);
   }
   if (!r.done()) return BAD_BLOB("trailing bytes");
   return static_cast<void*>(p.release());
