@@ -41,9 +41,9 @@ Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> 
   // The sampler keeps three vocabulary-sized buffers and the runner one token id per position;
   // both sizes come from the file's metadata (TextDecoder checked them against the method).
   const LlmInfo& info = (*decoder)->info();
-  EMBER_TRY(check_memory(static_cast<uint64_t>(info.vocab_size) * Sampler::kBytesPerToken,
+  EMBER_TRY(check_memory(static_cast<uint64_t>(info.vocab_size), Sampler::kBytesPerToken,
                          "the sampler's buffers for llm.vocab_size tokens"));
-  EMBER_TRY(check_memory(static_cast<uint64_t>(info.max_context_len) * sizeof(int64_t),
+  EMBER_TRY(check_memory(static_cast<uint64_t>(info.max_context_len), sizeof(int64_t),
                          "the token history for llm.max_context_len positions"));
   std::unique_ptr<TextRunner> runner(new TextRunner(std::move(decoder).value()));
   runner->stats_.load_ms = ms_since(t0);

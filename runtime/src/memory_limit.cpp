@@ -79,4 +79,14 @@ Error check_memory(uint64_t bytes, const char* what) {
                      what, bytes, limit);
 }
 
+Error check_memory(uint64_t count, uint64_t element_size, const char* what) {
+  if (element_size != 0 && count > UINT64_MAX / element_size) {
+    return Error::make(ErrorCode::kOutOfMemory,
+                       "%s needs %" PRIu64 " elements of %" PRIu64 " bytes, more than 2^64 bytes, above the memory "
+                       "limit of %" PRIu64 " bytes (the file is corrupted)",
+                       what, count, element_size, memory_limit());
+  }
+  return check_memory(count * element_size, what);
+}
+
 }  // namespace ember

@@ -28,6 +28,10 @@ void set_memory_limit(uint64_t bytes);
 // memory limit of M bytes ...", with how to raise the limit.
 Error check_memory(uint64_t bytes, const char* what);
 
+// The same for `count` elements of `element_size` bytes, without overflowing the product
+// (a file's 2^62 positions times 8 bytes is refused, not wrapped to 0).
+Error check_memory(uint64_t count, uint64_t element_size, const char* what);
+
 // Parses "123", "64M", "2G" (powers of 1024); false on anything else or on overflow.
 bool parse_byte_size(const char* text, uint64_t* out);
 
