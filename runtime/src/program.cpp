@@ -48,6 +48,57 @@ uint32_t read_u32(const uint8_t* p) {
 // True when [off, off+len) lies within [0, total) without overflow.
 bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total && len <= total - off; }
 
+// The flatbuffer verifier checks a vector's length prefix for 4-byte alignment only, so a
+// corrupted offset can leave the elements of an 8-byte vector misaligned (reading them is
+// undefined behaviour). Absent vectors are fine.
+template <typename T>
+bool elements_aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->data()) % alignof(T) == 0;
+}
+
+// Checks every vector of 8-byte elements in the program for alignment.
+Error verify_vector_alignment(const fb::Program* root) {
+  auto fail = [](const char* what, uint32_t i, uint32_t j) {
+    return Error::make(ErrorCode::kInvalidProgram,
+                       "%s %u/%u: a vector of 8-byte values is misaligned in the program table (corrupted file)",
+                       what, i, j);
+  };
+  if (root->segments() != nullptr &&
+      reinterpret_cast<uintptr_t>(root->segments()->data()) % alignof(uint64_t) != 0) {
+    return fail("segment table", 0, 0);
+  }
+  if (root->methods() != nullptr) {
+    for (uint32_t i = 0; i < root->methods()->size(); ++i) {
+      const auto* values = root->methods()->Get(i)->values();
+      for (uint32_t j = 0; values != nullptr && j < values->size(); ++j) {
+        const fb::Value* v = values->Get(j);
+        if (v->v() == nullptr) continue;  // Method::load reports a kind without data
+        if (v->v_type() == fb::ValueKind::Tensor && !elements_aligned(v->v_as_Tensor()->sizes())) {
+          return fail("method/value", i, j);
+        }
+        if (v->v_type() == fb::ValueKind::DoubleList && !elements_aligned(v->v_as_DoubleList()->items())) {
+          return fail("method/value", i, j);
+        }
+      }
+    }
+  }
+  if (root->state() != nullptr) {
+    for (uint32_t i = 0; i < root->state()->size(); ++i) {
+      if (!elements_aligned(root->state()->Get(i)->sizes())) return fail("state", i, 0);
+    }
+  }
+  if (root->metadata() != nullptr) {
+    for (uint32_t i = 0; i < root->metadata()->size(); ++i) {
+      const fb::MetaEntry* e = root->metadata()->Get(i);
+      if (e->value() != nullptr && e->value_type() == fb::MetaValue::MetaIntList &&
+          !elements_aligned(e->value_as_MetaIntList()->v())) {
+        return fail("metadata", i, 0);
+      }
+    }
+  }
+  return Error::ok();
+}
+
 }  // namespace
 
 void Program::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
@@ -205,6 +256,7 @@ Error Program::verify() {
   EMBER_CHECK(fb::VerifyProgramBuffer(verifier), ErrorCode::kInvalidProgram,
               "program table failed flatbuffer verification (the file is corrupted or truncated)");
   root_ = fb::GetProgram(base_ + fb_off);
+  EMBER_TRY(verify_vector_alignment(root_));
   if (root_->segments() != nullptr) {
     const auto* segs = root_->segments();
     for (uint32_t i = 0; i < segs->size(); ++i) {

@@ -85,7 +85,11 @@ def _child(data: bytes, llm: bool, scratch: str, address_space: int, memory_limi
     ember.runtime.set_num_threads(1)
     try:
         if llm:
-            _run_llm(data, scratch)
+            try:
+                _run_llm(data, scratch)  # the runner drives the method itself: no second run
+                return OK
+            except EmberError:
+                pass  # e.g. broken LLM metadata: still run the methods below
         _run_program(data)
     except OutOfMemoryError as e:
         # Refused before allocating (memory limit, planned capacity) is clean; "cannot allocate"
