@@ -63,7 +63,12 @@ class Program:
         return tuple(self._native.format_version)
 
     def run(self, method: str, *inputs: Any) -> list[Any]:
-        """Runs `method` on `inputs` and returns its outputs as numpy arrays (copies)."""
+        """Runs `method` on `inputs` and returns its outputs as numpy arrays (copies).
+
+        Safe to call from several threads: calls of one method run one at a time, different
+        methods run concurrently (they share the program's state), and the GIL is released
+        while waiting and while running.
+        """
         converted = [_to_numpy(x, i) for i, x in enumerate(inputs)]
         outs = self._native.run(method, converted)
         return [_from_bits(a, bf16) if isinstance(a, np.ndarray) else a for a, bf16 in outs]
