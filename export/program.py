@@ -117,8 +117,9 @@ class Program:
             pos += size
         return offsets
 
-    def _pack(self) -> tuple[bytes, list[tuple[int, int]], fmt.Header]:
-        """The flatbuffer (with the segment table filled in), the segment layout and the header."""
+    def _pack(self, force_defaults: bool = False) -> tuple[bytes, list[tuple[int, int]], fmt.Header]:
+        """The flatbuffer (with the segment table filled in), the segment layout and the header.
+        `force_defaults` writes scalar fields even when they hold their default (for the fuzzer)."""
         layout = self._layout()
         self.root.segments = []
         for off, size in layout:
@@ -126,6 +127,7 @@ class Program:
             s.offset, s.size = off, size
             self.root.segments.append(s)
         builder = flatbuffers.Builder(1 << 16)
+        builder.ForceDefaults(force_defaults)
         builder.Finish(self.root.Pack(builder), file_identifier=b"EMBR")
         fb_bytes = bytes(builder.Output())
         data_offset = fmt.align(fmt.HEADER_SIZE + len(fb_bytes), fmt.PAGE_ALIGN)
@@ -133,8 +135,8 @@ class Program:
         header = fmt.Header(fmt.FORMAT_MAJOR, fmt.FORMAT_MINOR, fmt.HEADER_SIZE, len(fb_bytes), data_offset, data_size)
         return fb_bytes, layout, header
 
-    def write(self, f: BinaryIO, progress: Any = None) -> int:
-        fb_bytes, layout, header = self._pack()
+    def write(self, f: BinaryIO, progress: Any = None, force_defaults: bool = False) -> int:
+        fb_bytes, layout, header = self._pack(force_defaults)
         f.write(header.pack())
         f.write(fb_bytes)
         f.write(b"\0" * (header.data_offset - header.fb_offset - len(fb_bytes)))
@@ -168,11 +170,13 @@ class Program:
                 os.remove(tmp)
         return n
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, force_defaults: bool = False) -> bytes:
+        """The file's bytes; `force_defaults` writes every scalar field, also those at their default
+        (a larger but equivalent file, whose every field the fuzzer can then edit in place)."""
         import io
 
         buf = io.BytesIO()
-        self.write(buf)
+        self.write(buf, force_defaults=force_defaults)
         return buf.getvalue()
 
     @classmethod

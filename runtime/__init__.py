@@ -17,7 +17,18 @@ from ember.runtime.errors import (
     NotSupportedError,
     OutOfMemoryError,
 )
-from ember.runtime.program import Program, backend_ids, cpu_info, get_num_threads, kernel_names, load, set_num_threads
+from ember.runtime.program import (
+    Program,
+    backend_ids,
+    cpu_info,
+    get_memory_limit,
+    get_num_threads,
+    kernel_names,
+    load,
+    max_num_threads,
+    set_memory_limit,
+    set_num_threads,
+)
 
 __all__ = [
     "EmberError",
@@ -31,8 +42,11 @@ __all__ = [
     "Program",
     "backend_ids",
     "cpu_info",
+    "get_memory_limit",
     "get_num_threads",
     "kernel_names",
     "load",
+    "max_num_threads",
+    "set_memory_limit",
     "set_num_threads",
 ]

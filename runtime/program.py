@@ -21,7 +21,8 @@ def _to_numpy(x: Any, index: int) -> tuple[np.ndarray, bool]:
             return tensor.view(dtype=_torch_int16(tensor)).numpy().view(np.uint16), True
         return tensor.numpy(), False
     try:
-        return np.ascontiguousarray(x), False
+        # Contiguous and aligned for its dtype (a view into bytes at an odd offset is copied).
+        return np.require(x, requirements=("C", "A")), False
     except Exception as exc:  # noqa: BLE001 - numpy raises many types here
         raise InvalidArgumentError(f"input {index} ({type(x).__name__}) cannot be converted to an array: {exc}") from exc
 
@@ -62,7 +63,12 @@ class Program:
         return tuple(self._native.format_version)
 
     def run(self, method: str, *inputs: Any) -> list[Any]:
-        """Runs `method` on `inputs` and returns its outputs as numpy arrays (copies)."""
+        """Runs `method` on `inputs` and returns its outputs as numpy arrays (copies).
+
+        Safe to call from several threads: calls of one method run one at a time, different
+        methods run concurrently (they share the program's state), and the GIL is released
+        while waiting and while running.
+        """
         converted = [_to_numpy(x, i) for i, x in enumerate(inputs)]
         outs = self._native.run(method, converted)
         return [_from_bits(a, bf16) if isinstance(a, np.ndarray) else a for a, bf16 in outs]
@@ -115,9 +121,40 @@ def backend_ids() -> list[str]:
     return list(_C.backend_ids())
 
 
-def set_num_threads(n: int) -> None:
-    _C.set_num_threads(int(n))
+def set_num_threads(n: int) -> int:
+    """Sets the kernel thread count (process-wide, shared with ember.runners and ember.load).
+
+    ``n`` above the logical CPUs this process may use is lowered to that count with a
+    RuntimeWarning (``max_num_threads()``). Returns the count in effect. If the OS refuses to
+    start a worker thread, raises OutOfMemoryError once; the pool keeps the threads it started.
+    """
+    return int(_C.set_num_threads(int(n)))
 
 
 def get_num_threads() -> int:
+    """The kernel thread count in effect (process-wide)."""
     return int(_C.get_num_threads())
+
+
+def max_num_threads() -> int:
+    """The most kernel threads ember uses: the logical CPUs this process may run on."""
+    return int(_C.max_num_threads())
+
+
+def set_memory_limit(nbytes: int | None) -> None:
+    """Sets the most bytes any one allocation sized by a program file may take (process-wide).
+
+    Program state (the KV cache), each method's activation arena, a delegate's intermediate
+    values and the runner's vocabulary-sized buffers are checked against it before they are
+    allocated; a file that asks for more fails with OutOfMemoryError instead of exhausting the
+    process. The default is the machine's physical memory, or the environment variable
+    ``EMBER_MEMORY_LIMIT`` (e.g. ``8G``). ``None`` restores the default.
+    """
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes < 2**64):
+        raise InvalidArgumentError(f"memory limit must be None or a byte count in [1, 2**64), got {nbytes!r}")
+    _C.set_memory_limit(0 if nbytes is None else int(nbytes))
+
+
+def get_memory_limit() -> int:
+    """The memory limit in bytes now in force (see set_memory_limit)."""
+    return int(_C.get_memory_limit())

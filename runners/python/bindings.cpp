@@ -15,6 +15,7 @@
 
 #include "ember/runners/sampler.h"
 #include "ember/runners/text_runner.h"
+#include "ember/runtime/thread_pool.h"
 #include "py_support.h"
 
 namespace py = pybind11;
@@ -71,9 +72,12 @@ py::dict stats_to_py(const Stats& s) {
 }
 
 // One runner, guarded so that two Python threads cannot drive it at once (stop() needs no lock).
+// The guard is a try_lock that never waits, so it is never waited on with the GIL held; every
+// call that computes releases the GIL.
 class PyRunner {
  public:
   PyRunner(const std::string& path, int threads, bool mmap) {
+    if (threads > 0) py_support::warn_if_above_cpus(threads);
     Result<std::unique_ptr<TextRunner>> r = [&] {
       py::gil_scoped_release nogil;
       return TextRunner::load(path, threads, mmap ? LoadMode::kMmap : LoadMode::kCopy);
@@ -173,6 +177,7 @@ class PyRunner {
 
   void reset() {
     auto lk = lock();
+    py::gil_scoped_release nogil;
     runner_->reset();
   }
 
@@ -240,6 +245,8 @@ PYBIND11_MODULE(_runner, m) {
       .def_property_readonly("metadata",
                              [](PyRunner& r) { return py_support::metadata_dict(r.runner().decoder().program()); })
       .def_property_readonly("vocab_size", [](PyRunner& r) { return r.runner().info().vocab_size; })
+      .def_property_readonly("num_threads", [](PyRunner&) { return get_num_threads(); },
+                             "Kernel threads in effect (process-wide; equal to ember.runtime.get_num_threads()).")
       .def_property_readonly("max_seq_len", [](PyRunner& r) { return r.runner().info().max_seq_len; })
       .def_property_readonly("max_context_len", [](PyRunner& r) { return r.runner().info().max_context_len; })
       .def_property_readonly("bos_id", [](PyRunner& r) { return r.runner().info().bos_id; })

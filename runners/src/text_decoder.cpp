@@ -23,6 +23,13 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program
               "method '%.*s' has %zu inputs and %zu outputs; an LLM forward takes (tokens, input_pos) and "
               "returns logits", static_cast<int>(method.size()), method.data(), d->method_->num_inputs(),
               d->method_->num_outputs());
+  // llm.vocab_size sizes the sampler's buffers: it must be the logits' last dim as declared by
+  // the method (a file cannot claim 2^27 tokens for a 49,152-column output).
+  const TensorSpec& out_spec = d->method_->output_spec(0);
+  EMBER_CHECK(!out_spec.sizes.empty() && out_spec.sizes.back() == d->info_.vocab_size, ErrorCode::kInvalidProgram,
+              "llm.vocab_size is %lld but the method's logits output has %s%lld columns; the file is corrupted",
+              static_cast<long long>(d->info_.vocab_size), out_spec.sizes.empty() ? "no shape, not " : "",
+              static_cast<long long>(out_spec.sizes.empty() ? 0 : out_spec.sizes.back()));
   // The input spec bounds T; trust the smaller of it and the metadata.
   const TensorSpec& spec = d->method_->input_spec(0);
   if (spec.sizes.size() == 2 && spec.sizes[1] > 0 && spec.sizes[1] < d->info_.max_seq_len) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ember/runtime/memory_limit.h"
 #include "ember/runtime/thread_pool.h"
 
 namespace ember {
@@ -20,7 +21,11 @@ TextRunner::TextRunner(std::unique_ptr<TextDecoder> decoder)
 Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads, LoadMode mode) {
   EMBER_CHECK_ARG(threads >= 0, "threads must be >= 0 (0 = one per physical core), got %d", threads);
   const Clock::time_point t0 = Clock::now();
-  if (threads > 0) set_num_threads(threads);
+  if (threads > 0) {
+    set_num_threads(threads);  // clamped to the CPUs this process may use
+    Error e = thread_pool_error();
+    if (e) return e;
+  }
   auto program = Program::load_file(path, mode);
   if (!program.ok()) return program.error();
   auto runner = create(std::move(program).value());
@@ -34,6 +39,13 @@ Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> 
   const Clock::time_point t0 = Clock::now();
   auto decoder = TextDecoder::create(std::move(program), "forward", std::move(state));
   if (!decoder.ok()) return decoder.error();
+  // The sampler keeps three vocabulary-sized buffers and the runner one token id per position;
+  // both sizes come from the file's metadata (TextDecoder checked them against the method).
+  const LlmInfo& info = (*decoder)->info();
+  EMBER_TRY(check_memory(static_cast<uint64_t>(info.vocab_size), Sampler::kBytesPerToken,
+                         "the sampler's buffers for llm.vocab_size tokens"));
+  EMBER_TRY(check_memory(static_cast<uint64_t>(info.max_context_len), sizeof(int64_t),
+                         "the token history for llm.max_context_len positions"));
   std::unique_ptr<TextRunner> runner(new TextRunner(std::move(decoder).value()));
   runner->stats_.load_ms = ms_since(t0);
   return runner;

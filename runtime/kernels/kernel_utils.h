@@ -510,9 +510,10 @@ inline float exp_approx(float x) {
   const float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float t = xc * 1.44269504088896341f + kMagic;
   const float n = t - kMagic;
-  int32_t ti;
+  // Integer work in uint32: a NaN input (any bit pattern) must not shift a negative value.
+  uint32_t ti;
   std::memcpy(&ti, &t, 4);
-  const int32_t ni = ti - 0x4B400000;  // bits of kMagic
+  const uint32_t ni = ti - 0x4B400000u;  // bits of kMagic: n as an integer, modulo 2^32
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500E-4f;
   p = p * r + 1.3981999507E-3f;
@@ -521,7 +522,7 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (ni + 127) << 23;
+  const uint32_t bits = (ni + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return x < -87.3f ? 0.0f : y * scale;

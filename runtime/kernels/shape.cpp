@@ -32,7 +32,7 @@ void strided_copy_typed(const E* src, int nd, const int64_t* sizes, const int64_
       E* o = dst + row * inner;
       const E* s = src + off;
       if (ist == 1) {
-        std::memcpy(o, s, static_cast<size_t>(inner) * sizeof(E));
+        std::memmove(o, s, static_cast<size_t>(inner) * sizeof(E));  // the loader refuses overlap; never UB
       } else if (ist == 0) {
         const E v = s[0];
         for (int64_t k = 0; k < inner; ++k) o[k] = v;

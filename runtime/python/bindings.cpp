@@ -1,5 +1,9 @@
 // pybind11 bindings of the runtime: ember.runtime._C.
 // Errors become typed Python exceptions (see ember/runtime/errors.py for the hierarchy).
+//
+// Locking rule: the GIL is released before any ember lock is taken (py_support::lock_nogil),
+// and reacquired while holding it. A thread that waited for a lock with the GIL held would
+// deadlock against the thread holding the lock, which needs the GIL to return.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -12,12 +16,14 @@
 #include "ember/runtime/kernel.h"
 #include "ember/runtime/method.h"
 #include "ember/runtime/cpu.h"
+#include "ember/runtime/memory_limit.h"
 #include "ember/runtime/program.h"
 #include "ember/runtime/thread_pool.h"
 #include "py_support.h"
 
 namespace py = pybind11;
 using namespace ember;
+using py_support::lock_nogil;
 using py_support::raise;
 using py_support::unwrap;
 
@@ -68,19 +74,31 @@ class PyProgram {
     std::mutex mu;
   };
 
+  // The method's slot, loading the method on first use. Called with the GIL held; the lookup
+  // and the load run without it.
   Slot& slot(const std::string& name) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = methods_.find(name);
-    if (it != methods_.end()) return *it->second;
-    Result<std::unique_ptr<Method>> r = [&] {
+    Slot* found = nullptr;
+    Error err;
+    {
       py::gil_scoped_release nogil;
-      return program_->load_method(name);
-    }();
-    auto s = std::make_unique<Slot>();
-    s->method = unwrap(std::move(r));
-    Slot& ref = *s;
-    methods_.emplace(name, std::move(s));
-    return ref;
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = methods_.find(name);
+      if (it != methods_.end()) {
+        found = it->second.get();
+      } else {
+        Result<std::unique_ptr<Method>> r = program_->load_method(name);
+        if (r.ok()) {
+          auto s = std::make_unique<Slot>();
+          s->method = std::move(r).value();
+          found = s.get();
+          methods_.emplace(name, std::move(s));
+        } else {
+          err = r.error();
+        }
+      }
+    }
+    if (err) raise(err);
+    return *found;
   }
 
   // inputs: list of (array, is_bf16). Returns list of (array, is_bf16).
@@ -101,7 +119,7 @@ class PyProgram {
                         m.num_inputs(), specs.c_str(), static_cast<size_t>(inputs.size())));
     }
     std::vector<py::array> keep;
-    std::lock_guard<std::mutex> lk(s.mu);
+    std::vector<Tensor> tensors;
     for (size_t i = 0; i < inputs.size(); ++i) {
       auto pair = inputs[i].cast<py::tuple>();
       py::array a = py::array::ensure(pair[0], py::array::c_style);
@@ -116,14 +134,17 @@ class PyProgram {
       for (int d = 0; d < t.dim; ++d) t.sizes[d] = a.shape(d);
       t.data = const_cast<void*>(a.data());
       t.capacity = t.nbytes();
-      Error e = m.set_input(i, t);
-      if (e) raise(e);
+      tensors.push_back(t);
       keep.push_back(std::move(a));
     }
+    // Bind, run and read the outputs under the method's lock; the GIL is released while
+    // waiting for it and while running, and reacquired (lock held) to build the outputs.
+    std::unique_lock<std::mutex> lk = lock_nogil(s.mu);
     Error e;
     {
       py::gil_scoped_release nogil;
-      e = m.execute();
+      for (size_t i = 0; i < tensors.size() && !e; ++i) e = m.set_input(i, tensors[i]);
+      if (!e) e = m.execute();
     }
     if (e) raise(e);
     py::list out;
@@ -170,7 +191,10 @@ class PyProgram {
     return d;
   }
 
-  void reset_state() { program_->reset_state(); }
+  void reset_state() {
+    py::gil_scoped_release nogil;
+    program_->reset_state();
+  }
   size_t file_size() const { return program_->file_size(); }
   std::pair<uint32_t, uint32_t> version() const { return {program_->format_major(), program_->format_minor()}; }
 
@@ -206,9 +230,12 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "load_bytes",
       [](const py::bytes& b) {
-        std::string_view sv = b;
-        return std::make_unique<PyProgram>(
-            unwrap(Program::load_bytes(reinterpret_cast<const uint8_t*>(sv.data()), sv.size())));
+        std::string_view sv = b;  // bytes are immutable and `b` is held: safe without the GIL
+        Result<std::shared_ptr<Program>> r = [&] {
+          py::gil_scoped_release nogil;
+          return Program::load_bytes(reinterpret_cast<const uint8_t*>(sv.data()), sv.size());
+        }();
+        return std::make_unique<PyProgram>(unwrap(std::move(r)));
       },
       py::arg("data"));
   m.def("kernel_names", [] { return KernelRegistry::global().names(); });
@@ -221,9 +248,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("backend_ids", [] { return BackendRegistry::global().ids(); });
   m.def("set_num_threads", [](int n) {
     if (n < 1) raise(Error::make(ErrorCode::kInvalidArgument, "threads must be >= 1, got %d", n));
-    set_num_threads(n);
+    py_support::warn_if_above_cpus(n);
+    Error err;
+    {
+      py::gil_scoped_release nogil;  // set_num_threads takes the pool's lock
+      set_num_threads(n);
+      err = thread_pool_error();
+    }
+    if (err) raise(err);
+    return get_num_threads();
   });
   m.def("get_num_threads", &get_num_threads);
+  m.def("max_num_threads", &max_num_threads);
+  m.def("set_memory_limit", [](uint64_t bytes) { set_memory_limit(bytes); });
+  m.def("get_memory_limit", &memory_limit);
   m.def("physical_core_count", &physical_core_count);
   m.def("cpu_info", [] {
     const CpuFeatures& f = cpu_features();

@@ -6,10 +6,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+#include <string>
 #include <string_view>
 
 #include "ember/runtime/error.h"
 #include "ember/runtime/program.h"
+#include "ember/runtime/thread_pool.h"
 
 namespace ember::py_support {
 
@@ -26,6 +29,26 @@ inline py::object lenient_str(std::string_view s) {
   py::object msg = lenient_str(e.message());
   PyErr_SetObject(cls.ptr(), msg.ptr());
   throw py::error_already_set();
+}
+
+// Locks `mu` with the GIL released while waiting, then reacquires the GIL (mutex held). Never
+// wait for an ember lock with the GIL held: its holder may need the GIL to release it.
+inline std::unique_lock<std::mutex> lock_nogil(std::mutex& mu) {
+  std::unique_lock<std::mutex> lk(mu, std::defer_lock);
+  if (lk.try_lock()) return lk;
+  py::gil_scoped_release nogil;
+  lk.lock();
+  return lk;
+}
+
+// A RuntimeWarning when `threads` is above the CPUs this process may use (the pool clamps it).
+inline void warn_if_above_cpus(int threads) {
+  const int cap = max_num_threads();
+  if (threads <= cap) return;
+  const std::string msg = "threads=" + std::to_string(threads) + " is more than the " + std::to_string(cap) +
+                          " logical CPUs this process may use; using " + std::to_string(cap) +
+                          " (extra threads would only compete for the same cores)";
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
 }
 
 inline void check(const Error& e) {

@@ -9,19 +9,13 @@
 #include <cstring>
 #include <map>
 
+#include "ember/runtime/memory_limit.h"
 #include "ember/runtime/program.h"
+#include "method_instr.h"
 #include "program_generated.h"
 
 namespace ember {
 
-struct Method::Instr {
-  enum class Kind : uint8_t { kKernel, kDelegate, kCopy } kind = Kind::kKernel;
-  KernelFn fn = nullptr;
-  uint32_t index = 0;      // operator or delegate index
-  size_t arg_offset = 0;   // into arg_storage_
-  int nargs = 0;           // args + outputs
-  EValue* const* args = nullptr;
-};
 
 struct Method::DelegateInstance {
   Backend* backend = nullptr;
@@ -31,7 +25,9 @@ struct Method::DelegateInstance {
 
 namespace {
 
-constexpr uint64_t kMaxArenaBytes = uint64_t{64} << 30;
+// Guards the arena size arithmetic; the allocation itself is bounded by memory_limit().
+constexpr uint64_t kMaxArenaBytes = uint64_t{1} << 50;
+constexpr uint64_t kArenaAlign = 64;  // export/memory_planning.py ALIGN
 
 bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total && len <= total - off; }
 
@@ -58,14 +54,13 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
   const fb::Method* m = program_->root()->methods()->Get(index);
   name_ = m->name() != nullptr ? m->name()->str() : "";
 
-  // Arena: one 64-byte-aligned allocation, never touched until kernels write it.
-  arena_size_ = static_cast<size_t>(m->arena_size());
+  // Arena: one 64-byte-aligned allocation, made once the values have shown how much of it
+  // they use, and never touched until kernels write it.
   EMBER_CHECK(m->arena_size() <= kMaxArenaBytes, ErrorCode::kInvalidProgram,
-              "arena size %" PRIu64 " bytes is above the 64 GiB limit", m->arena_size());
-  if (arena_size_ > 0) {
-    arena_ = static_cast<uint8_t*>(std::aligned_alloc(64, (arena_size_ + 63) / 64 * 64));
-    EMBER_CHECK(arena_ != nullptr, ErrorCode::kOutOfMemory, "cannot allocate the %zu-byte arena", arena_size_);
-  }
+              "arena size %" PRIu64 " bytes: the file is corrupted", m->arena_size());
+  arena_size_ = static_cast<size_t>(m->arena_size());
+  uint64_t arena_extent = 0;                          // bytes the values use
+  std::vector<std::pair<uint32_t, uint64_t>> arena_slices;  // (value, offset) placed after allocation
 
   // Values.
   const auto* vals = m->values();
@@ -170,7 +165,11 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
                         "value %u: arena slice [%" PRIu64 ", +%" PRIu64 ") does not fit the %zu-byte arena "
                         "or its %" PRIu64 "-byte shape",
                         i, ft->offset(), nbytes, arena_size_, need);
-            t.data = arena_ + ft->offset();
+            EMBER_CHECK(ft->offset() % dtype_size(t.dtype) == 0, ErrorCode::kInvalidProgram,
+                        "value %u: arena offset %" PRIu64 " is not aligned for %s (a multiple of %zu)", i,
+                        ft->offset(), dtype_name(t.dtype), dtype_size(t.dtype));
+            arena_slices.emplace_back(i, ft->offset());
+            arena_extent = std::max(arena_extent, ft->offset() + std::max<uint64_t>(nbytes, 1));
             t.capacity = static_cast<size_t>(nbytes);
             break;
           case fb::Storage::Constant: {
@@ -180,6 +179,9 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
                         ErrorCode::kInvalidProgram,
                         "value %u: constant slice [%" PRIu64 ", +%" PRIu64 ") does not fit segment %u (%zu bytes)",
                         i, ft->offset(), nbytes, ft->segment(), seg.value().size());
+            EMBER_CHECK(ft->offset() % dtype_size(t.dtype) == 0, ErrorCode::kInvalidProgram,
+                        "value %u: constant offset %" PRIu64 " in segment %u is not aligned for %s (a multiple "
+                        "of %zu)", i, ft->offset(), ft->segment(), dtype_name(t.dtype), dtype_size(t.dtype));
             // Constants are never written: the loader only lets Arena/State tensors be outputs.
             t.data = const_cast<char*>(seg.value().data() + ft->offset());
             t.capacity = static_cast<size_t>(nbytes);
@@ -197,10 +199,12 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
           }
           case fb::Storage::Input:
           case fb::Storage::Alias:
-            // Bound by set_input or by a view kernel; until then it is empty.
+            // Bound by set_input or by a view kernel; until then it is empty. The loader proves
+            // (verify_dataflow) that nothing reads it before then.
             t.data = nullptr;
             t.capacity = 0;
             for (uint32_t d = 0; d < rank; ++d) t.sizes[d] = 0;
+            if (ft->storage() == fb::Storage::Alias) alias_values_.push_back(i);
             break;
           default:
             return Error::make(ErrorCode::kInvalidProgram, "value %u: unknown storage kind %d", i,
@@ -213,6 +217,19 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
                            static_cast<int>(fv->v_type()));
     }
   }
+  // The arena may not be larger than what its values use (the planner's size is the aligned
+  // end of the last slice), so a file cannot make this allocation larger than its own plan.
+  const uint64_t planned = (arena_extent + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  EMBER_CHECK(m->arena_size() <= planned, ErrorCode::kInvalidProgram,
+              "arena size %" PRIu64 " bytes is larger than the %" PRIu64 " bytes its values use (corrupted file)",
+              m->arena_size(), planned);
+  if (arena_size_ > 0) {
+    EMBER_TRY(check_memory(arena_size_, "the activation arena"));
+    arena_ = static_cast<uint8_t*>(std::aligned_alloc(kArenaAlign, (arena_size_ + 63) / 64 * 64));
+    EMBER_CHECK(arena_ != nullptr, ErrorCode::kOutOfMemory, "cannot allocate the %zu-byte arena", arena_size_);
+  }
+  for (const auto& [vi, off] : arena_slices) values_[vi].tensor.data = arena_ + off;
+
   // Bind list item pointers now that lists_ no longer reallocates.
   {
     size_t li = 0;
@@ -239,14 +256,33 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
       spec.sizes.push_back(ft->sizes()->Get(d));
       spec.dynamic.push_back(d < vsize(ft->dynamic()) && ft->dynamic()->Get(d));
     }
+    EMBER_CHECK(std::find(inputs_.begin(), inputs_.end(), &values_[static_cast<size_t>(vi)]) == inputs_.end(),
+                ErrorCode::kInvalidProgram, "input %u (value %d) is listed twice", k, vi);
     inputs_.push_back(&values_[static_cast<size_t>(vi)]);
     input_specs_.push_back(std::move(spec));
+  }
+  // A tensor with Input storage that is not a method input would never be bound.
+  for (uint32_t i = 0; i < nv; ++i) {
+    if (!is_tensor(static_cast<int32_t>(i)) || storage_of(static_cast<int32_t>(i)) != fb::Storage::Input) continue;
+    EMBER_CHECK(std::find(inputs_.begin(), inputs_.end(), &values_[i]) != inputs_.end(), ErrorCode::kInvalidProgram,
+                "value %u has Input storage but is not an input of method '%s', so nothing would bind it", i,
+                name_.c_str());
   }
   input_bound_.assign(inputs_.size(), false);
   for (uint32_t k = 0; k < vsize(m->outputs()); ++k) {
     const int32_t vi = m->outputs()->Get(k);
     EMBER_TRY(check_index(vi, "an output"));
     outputs_.push_back(&values_[static_cast<size_t>(vi)]);
+    TensorSpec spec;
+    if (is_tensor(vi)) {
+      const fb::Tensor* ft = vals->Get(static_cast<uint32_t>(vi))->v_as_Tensor();
+      spec.dtype = values_[static_cast<size_t>(vi)].tensor.dtype;
+      for (uint32_t d = 0; d < vsize(ft->sizes()); ++d) {
+        spec.sizes.push_back(ft->sizes()->Get(d));
+        spec.dynamic.push_back(d < vsize(ft->dynamic()) && ft->dynamic()->Get(d));
+      }
+    }
+    output_specs_.push_back(std::move(spec));
   }
 
   // Operators: resolve kernels by name.
@@ -350,6 +386,7 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
         in.fn = def->fn;
         in.index = kc->op();
         view = def->view;
+        in.view = view;
         break;
       }
       case fb::InstructionKind::DelegateCall: {
@@ -373,6 +410,7 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
         arg_storage_.push_back(&values_[static_cast<size_t>(cc->src())]);
         arg_storage_.push_back(&values_[static_cast<size_t>(cc->dst())]);
         in.nargs = 2;
+        in.nouts = 1;
         instrs_.push_back(in);
         continue;
       }
@@ -389,9 +427,17 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
       arg_storage_.push_back(&values_[static_cast<size_t>(outs->Get(a))]);
     }
     in.nargs = static_cast<int>(vsize(args) + vsize(outs));
+    in.nouts = static_cast<int>(vsize(outs));
     instrs_.push_back(in);
   }
   for (auto& in : instrs_) in.args = arg_storage_.data() + in.arg_offset;
+  {
+    std::vector<int8_t> storage(nv, -1);  // fb::Storage of each tensor value, -1 for other kinds
+    for (uint32_t i = 0; i < nv; ++i) {
+      if (is_tensor(static_cast<int32_t>(i))) storage[i] = static_cast<int8_t>(storage_of(static_cast<int32_t>(i)));
+    }
+    EMBER_TRY(verify_dataflow(storage));
+  }
   const char* prof = std::getenv("EMBER_PROFILE");
   profile_ = prof != nullptr && prof[0] != '\0' && prof[0] != '0';
   profile_seconds_.assign(instrs_.size(), 0.0);
@@ -419,6 +465,10 @@ Error Method::set_input(size_t i, const Tensor& t) {
                       spec.sizes[static_cast<size_t>(d)], t.sizes[d]);
     }
   }
+  EMBER_CHECK_ARG(t.numel() == 0 || t.data != nullptr, "input %zu of '%s' has no data", i, name_.c_str());
+  EMBER_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0,
+                  "input %zu of '%s' is not aligned for %s (address %p); pass an aligned copy", i, name_.c_str(),
+                  dtype_name(t.dtype), t.data);
   Tensor& dst = inputs_[i]->tensor;
   dst.data = t.data;
   dst.capacity = t.nbytes();
@@ -432,6 +482,15 @@ Error Method::execute() {
   for (size_t i = 0; i < inputs_.size(); ++i) {
     EMBER_CHECK_ARG(input_bound_[i], "input %zu of '%s' was not set", i, name_.c_str());
   }
+  // No pointer survives from the last execution: views are bound again by their producers,
+  // and inputs must be set again before the next one (the caller's memory may be gone).
+  for (uint32_t v : alias_values_) {
+    Tensor& t = values_[v].tensor;
+    t.data = nullptr;
+    t.capacity = 0;
+    for (int d = 0; d < t.dim; ++d) t.sizes[d] = 0;
+  }
+  std::fill(input_bound_.begin(), input_bound_.end(), false);
   KernelContext ctx;
   const size_t n = instrs_.size();
   for (size_t k = 0; k < n; ++k) {

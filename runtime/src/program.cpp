@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "ember/runtime/kernel.h"
+#include "ember/runtime/memory_limit.h"
 #include "ember/runtime/method.h"
 #include "ember/runtime/thread_pool.h"
 #include "program_generated.h"
@@ -26,8 +27,12 @@ namespace ember {
 namespace {
 
 constexpr char kMagic[8] = {'E', 'M', 'B', 'R', 0, 0, 0, 0};
-// Refuse absurd state sizes from corrupted files before allocating (64 GiB).
-constexpr uint64_t kMaxStateBytes = uint64_t{64} << 30;
+// Guards the size arithmetic of state tensors against overflow (2^50 bytes); the allocation
+// itself is bounded by memory_limit().
+constexpr uint64_t kMaxStateBytes = uint64_t{1} << 50;
+// Every segment starts on a cache line (export/format.py SEGMENT_ALIGN), so any tensor whose
+// offset inside it is a multiple of its element size is aligned for its dtype.
+constexpr uint64_t kSegmentAlign = 64;
 
 uint64_t read_u64(const uint8_t* p) {
   uint64_t v;
@@ -42,6 +47,57 @@ uint32_t read_u32(const uint8_t* p) {
 
 // True when [off, off+len) lies within [0, total) without overflow.
 bool in_bounds(uint64_t off, uint64_t len, uint64_t total) { return off <= total && len <= total - off; }
+
+// The flatbuffer verifier checks a vector's length prefix for 4-byte alignment only, so a
+// corrupted offset can leave the elements of an 8-byte vector misaligned (reading them is
+// undefined behaviour). Absent vectors are fine.
+template <typename T>
+bool elements_aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr || reinterpret_cast<uintptr_t>(v->data()) % alignof(T) == 0;
+}
+
+// Checks every vector of 8-byte elements in the program for alignment.
+Error verify_vector_alignment(const fb::Program* root) {
+  auto fail = [](const char* what, uint32_t i, uint32_t j) {
+    return Error::make(ErrorCode::kInvalidProgram,
+                       "%s %u/%u: a vector of 8-byte values is misaligned in the program table (corrupted file)",
+                       what, i, j);
+  };
+  if (root->segments() != nullptr &&
+      reinterpret_cast<uintptr_t>(root->segments()->data()) % alignof(uint64_t) != 0) {
+    return fail("segment table", 0, 0);
+  }
+  if (root->methods() != nullptr) {
+    for (uint32_t i = 0; i < root->methods()->size(); ++i) {
+      const auto* values = root->methods()->Get(i)->values();
+      for (uint32_t j = 0; values != nullptr && j < values->size(); ++j) {
+        const fb::Value* v = values->Get(j);
+        if (v->v() == nullptr) continue;  // Method::load reports a kind without data
+        if (v->v_type() == fb::ValueKind::Tensor && !elements_aligned(v->v_as_Tensor()->sizes())) {
+          return fail("method/value", i, j);
+        }
+        if (v->v_type() == fb::ValueKind::DoubleList && !elements_aligned(v->v_as_DoubleList()->items())) {
+          return fail("method/value", i, j);
+        }
+      }
+    }
+  }
+  if (root->state() != nullptr) {
+    for (uint32_t i = 0; i < root->state()->size(); ++i) {
+      if (!elements_aligned(root->state()->Get(i)->sizes())) return fail("state", i, 0);
+    }
+  }
+  if (root->metadata() != nullptr) {
+    for (uint32_t i = 0; i < root->metadata()->size(); ++i) {
+      const fb::MetaEntry* e = root->metadata()->Get(i);
+      if (e->value() != nullptr && e->value_type() == fb::MetaValue::MetaIntList &&
+          !elements_aligned(e->value_as_MetaIntList()->v())) {
+        return fail("metadata", i, 0);
+      }
+    }
+  }
+  return Error::ok();
+}
 
 }  // namespace
 
@@ -200,6 +256,7 @@ Error Program::verify() {
   EMBER_CHECK(fb::VerifyProgramBuffer(verifier), ErrorCode::kInvalidProgram,
               "program table failed flatbuffer verification (the file is corrupted or truncated)");
   root_ = fb::GetProgram(base_ + fb_off);
+  EMBER_TRY(verify_vector_alignment(root_));
   if (root_->segments() != nullptr) {
     const auto* segs = root_->segments();
     for (uint32_t i = 0; i < segs->size(); ++i) {
@@ -208,6 +265,10 @@ Error Program::verify() {
                   "segment %u (offset %" PRIu64 ", size %" PRIu64 ") lies outside the %" PRIu64
                   "-byte data region",
                   i, s->offset(), s->size(), data_size_);
+      EMBER_CHECK(s->offset() % kSegmentAlign == 0, ErrorCode::kInvalidProgram,
+                  "segment %u starts at offset %" PRIu64 ", which is not a multiple of %" PRIu64
+                  " (the writer aligns every segment; the file is corrupted)",
+                  i, s->offset(), kSegmentAlign);
     }
   }
   return Error::ok();
@@ -314,7 +375,7 @@ Error Program::load_state() {
     const uint64_t nbytes = numel * dtype_size(info.tensor.dtype);
     total += nbytes;
     EMBER_CHECK(total <= kMaxStateBytes, ErrorCode::kInvalidProgram,
-                "program state needs %" PRIu64 " bytes, above the 64 GiB limit", total);
+                "program state needs %" PRIu64 " bytes: the file is corrupted", total);
     if (s->init_segment() >= 0) {
       auto seg = segment(static_cast<uint32_t>(s->init_segment()));
       if (!seg.ok()) return seg.error().with_context("state '" + info.name + "'");
@@ -335,6 +396,7 @@ Error Program::load_state() {
   // never get huge pages. calloc keeps untouched pages lazy.
   if (state_.empty()) return Error::ok();
   constexpr uint64_t kHuge = uint64_t{1} << 21;
+  EMBER_TRY(check_memory(placed + kHuge, "program state (e.g. the KV cache)"));
   uint8_t* mem = static_cast<uint8_t*>(std::calloc(placed + kHuge, 1));
   EMBER_CHECK(mem != nullptr, ErrorCode::kOutOfMemory, "cannot allocate %" PRIu64 " bytes for program state", placed);
   state_block_.reset(mem);
@@ -343,7 +405,14 @@ Error Program::load_state() {
   if (placed >= kHuge) madvise(base, (placed + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);  // a hint only
 #endif
   for (size_t i = 0; i < state_.size(); ++i) state_[i].tensor.data = base + offsets[i];
-  reset_state();
+  // Only the tensors with initial bytes are written now: the rest is already zero, and its
+  // pages stay untouched (and unallocated) until a method writes them.
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const int seg_index = st->Get(static_cast<uint32_t>(i))->init_segment();
+    if (seg_index < 0) continue;
+    auto seg = segment(static_cast<uint32_t>(seg_index));  // verified above
+    std::memcpy(state_[i].tensor.data, seg.value().data(), state_[i].tensor.capacity);
+  }
   return Error::ok();
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ember/runtime/memory_limit.h"
 #include "ember/runtime/program.h"
 #include "program_generated.h"
 
@@ -47,6 +48,7 @@ Result<std::shared_ptr<ProgramState>> Program::new_state() const {
   }
   // Same layout as the default state: one block, 2 MiB aligned, huge pages advised.
   constexpr size_t kHuge = size_t{1} << 21;
+  EMBER_TRY(check_memory(placed + kHuge, "a session's program state (its KV cache)"));
   s->block_ = static_cast<uint8_t*>(std::calloc(placed + kHuge, 1));
   EMBER_CHECK(s->block_ != nullptr, ErrorCode::kOutOfMemory,
               "cannot allocate %zu bytes for a new program state (a session's KV cache); use fewer sessions "

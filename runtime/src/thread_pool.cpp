@@ -2,7 +2,12 @@
 // parallel loops back to back), then sleep on a condition variable.
 #include "ember/runtime/thread_pool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <atomic>
 #include <condition_variable>
 #include <fstream>
@@ -40,6 +45,15 @@ int physical_core_count() {
   return std::max(1, n);
 }
 
+int max_num_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int n = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = CPU_COUNT(&set);
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, n);
+}
+
 namespace {
 
 thread_local bool t_in_parallel = false;
@@ -50,10 +64,22 @@ class Pool {
 
   int threads() const { return threads_.load(std::memory_order_relaxed); }
 
-  void set_threads(int n) {
+  int set_threads(int n) {
     std::lock_guard<std::mutex> call(call_mu_);
     stop_workers();
-    threads_ = std::max(1, n);
+    threads_ = std::min(std::max(1, n), max_num_threads());
+    {
+      std::lock_guard<std::mutex> lk(error_mu_);
+      error_ = Error::ok();
+    }
+    start_failed_ = false;
+    ensure_workers();
+    return threads();
+  }
+
+  Error error() const {
+    std::lock_guard<std::mutex> lk(error_mu_);
+    return error_;
   }
 
   void run(int64_t n, int64_t grain, RangeFn fn) {
@@ -120,9 +146,37 @@ class Pool {
     }
   }
 
+  static void* worker_main(void* self) {
+    static_cast<Pool*>(self)->worker_loop();
+    return nullptr;
+  }
+
+  // Starts the missing workers (call_mu_ held). pthread_create reports failure as a code (no
+  // exception, as std::thread would throw): the pool then runs with the workers it has, the
+  // error is kept for thread_pool_error(), and no later call tries again.
   void ensure_workers() {
     const int want = threads() - 1;
-    while (static_cast<int>(workers_.size()) < want) workers_.emplace_back([this] { worker_loop(); });
+    if (start_failed_ || static_cast<int>(workers_.size()) >= want) return;
+    workers_.reserve(static_cast<size_t>(want));
+    while (static_cast<int>(workers_.size()) < want) {
+      pthread_t t;
+      const int rc = pthread_create(&t, nullptr, &Pool::worker_main, this);
+      if (rc != 0) {
+        const int have = static_cast<int>(workers_.size()) + 1;
+        Error e = Error::make(ErrorCode::kOutOfMemory,
+                              "cannot start kernel worker thread %d of %d: %s; running with %d thread%s", have,
+                              want + 1, std::strerror(rc), have, have == 1 ? "" : "s");
+        std::fprintf(stderr, "ember: %s\n", e.message().c_str());
+        {
+          std::lock_guard<std::mutex> lk(error_mu_);
+          error_ = std::move(e);
+        }
+        start_failed_ = true;
+        threads_ = have;
+        return;
+      }
+      workers_.push_back(t);
+    }
   }
 
   void stop_workers() {
@@ -131,16 +185,19 @@ class Pool {
       stop_ = true;
     }
     cv_.notify_all();
-    for (auto& t : workers_) t.join();
+    for (pthread_t t : workers_) pthread_join(t, nullptr);
     workers_.clear();
     stop_ = false;
   }
 
-  std::atomic<int> threads_{physical_core_count()};
+  std::atomic<int> threads_{std::min(physical_core_count(), max_num_threads())};
   std::mutex call_mu_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::thread> workers_;
+  std::vector<pthread_t> workers_;
+  bool start_failed_ = false;  // guarded by call_mu_
+  mutable std::mutex error_mu_;
+  Error error_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   RangeFn* fn_ = nullptr;
@@ -157,7 +214,8 @@ Pool& pool() {
 
 }  // namespace
 
-void set_num_threads(int n) { pool().set_threads(n); }
+int set_num_threads(int n) { return pool().set_threads(n); }
+Error thread_pool_error() { return pool().error(); }
 int get_num_threads() { return pool().threads(); }
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;

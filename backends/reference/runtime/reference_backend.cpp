@@ -1,12 +1,17 @@
 // ember.reference: interprets the float32 add/mul/linear subgraphs packed by
 // backends/reference/partitioner.py (see its docstring for the blob layout).
-// Every count, index and size read from the blob is checked in init().
+// Every count, index and size read from the blob is checked in init(): operands refer only to
+// values an earlier op produced, "none" is accepted only as linear's bias, and the values'
+// storage is bounded by ember::memory_limit() before it is allocated.
+#include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "ember/runtime/backend.h"
+#include "ember/runtime/memory_limit.h"
 
 namespace ember {
 namespace {
@@ -25,9 +30,19 @@ struct Op {
   uint32_t out;
 };
 
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// n zeroed floats, or null when n == 0 or the allocation fails.
+float* zeroed_floats(uint64_t n) { return n == 0 ? nullptr : static_cast<float*>(std::calloc(n, sizeof(float))); }
+
 struct Buf {  // a shaped float buffer (constant or intermediate value)
   const float* data = nullptr;  // constants point into the blob (never copied)
-  std::vector<float> storage;   // intermediate values own their storage (at max size)
+  // Owned storage: copied constants and intermediate values (at their max size). calloc'd, so
+  // the pages of a large bound stay unallocated until an op writes them; null when empty.
+  std::unique_ptr<float, FreeDeleter> storage;
+  uint64_t capacity = 0;        // elements in `storage`
   int dim = 0;
   int64_t sizes[kMaxDims] = {};
   int64_t numel() const {
@@ -80,29 +95,50 @@ Result<void*> parse(const uint8_t* blob, size_t size) {
   if (!r.read(&p->num_inputs) || !r.read(&nvalues) || !r.read(&nconsts) || !r.read(&nops) || !r.read(&nouts)) {
     return BAD_BLOB("truncated header");
   }
-  if (nconsts > size || nvalues > size || nops > size || nouts > size) return BAD_BLOB("counts exceed blob size");
+  // Each entry takes at least this many bytes of the blob (a rank, a size, an op with two
+  // operands and an output, an index), so the tables below stay proportional to the blob.
+  if (uint64_t{nconsts} * 4 + uint64_t{nvalues} * 8 + uint64_t{nops} * 28 + uint64_t{nouts} * 4 > size) {
+    return BAD_BLOB("counts exceed blob size");
+  }
   p->consts.resize(nconsts);
   for (auto& c : p->consts) {
     uint32_t rank;
     if (!r.read(&rank) || rank > static_cast<uint32_t>(kMaxDims)) return BAD_BLOB("bad constant rank");
     c.dim = static_cast<int>(rank);
+    uint64_t n = 1;  // elements, kept below the blob's float count at every step (no overflow)
     for (int d = 0; d < c.dim; ++d) {
       if (!r.read(&c.sizes[d]) || c.sizes[d] < 0 || c.sizes[d] > (int64_t{1} << 40)) return BAD_BLOB("bad constant size");
+      const uint64_t s = static_cast<uint64_t>(c.sizes[d]);
+      if (s != 0 && n > size / 4 / s) return BAD_BLOB("constant larger than the blob");
+      n *= s;
     }
-    const uint64_t n = static_cast<uint64_t>(c.numel());
-    if (n > size / 4) return BAD_BLOB("constant larger than the blob");
     const uint8_t* data = r.take(n * 4);
     if (data == nullptr) return BAD_BLOB("truncated constant data");
-    c.storage.assign(reinterpret_cast<const float*>(data), reinterpret_cast<const float*>(data) + n);
-    c.data = c.storage.data();  // copied: blob offsets are not float-aligned in general
+    c.storage.reset(zeroed_floats(n));
+    if (n > 0 && c.storage == nullptr) return Error::make(ErrorCode::kOutOfMemory, "ember.reference: cannot allocate a constant");
+    if (n > 0) std::memcpy(c.storage.get(), data, n * 4);
+    c.capacity = n;
+    c.data = c.storage.get();  // copied: blob offsets are not float-aligned in general
   }
+  std::vector<uint64_t> value_numel(nvalues);
+  uint64_t value_bytes = 0;
+  for (auto& n : value_numel) {
+    if (!r.read(&n) || n > (uint64_t{1} << 40)) return BAD_BLOB("bad value size");
+    value_bytes = std::min<uint64_t>(value_bytes + n * sizeof(float), uint64_t{1} << 62);  // saturates
+  }
+  EMBER_TRY(check_memory(value_bytes, "ember.reference: the delegate's intermediate values"));
   p->values.resize(nvalues);
-  for (auto& v : p->values) {
-    uint64_t max_numel;
-    if (!r.read(&max_numel) || max_numel > (uint64_t{1} << 32)) return BAD_BLOB("bad value size");
-    v.storage.resize(max_numel);
-    v.data = v.storage.data();
+  for (uint32_t i = 0; i < nvalues; ++i) {
+    Buf& v = p->values[i];
+    v.storage.reset(zeroed_floats(value_numel[i]));
+    if (value_numel[i] > 0 && v.storage == nullptr) {
+      return Error::make(ErrorCode::kOutOfMemory, "ember.reference: cannot allocate %" PRIu64 " floats for value %u",
+                         value_numel[i], i);
+    }
+    v.capacity = value_numel[i];
+    v.data = v.storage.get();
   }
+  std::vector<bool> produced(nvalues, false);
   p->ops.resize(nops);
   for (auto& op : p->ops) {
     uint32_t code, nrefs;
@@ -113,13 +149,27 @@ Result<void*> parse(const uint8_t* blob, size_t size) {
       if (!r.read(&kind) || !r.read(&index) || kind > 3) return BAD_BLOB("bad operand");
       const uint32_t limit = kind == 0 ? p->num_inputs : kind == 1 ? nvalues : kind == 2 ? nconsts : 1;
       if (index >= limit) return BAD_BLOB("operand index %u out of range", index);
+      // Only linear's bias is optional; any other "none" operand would be read.
+      if (static_cast<RefKind>(kind) == RefKind::kNone && !(op.code == Opcode::kLinear && k == 2)) {
+        return BAD_BLOB("operand %u of op %zu is none, which only linear's bias may be", k,
+                        static_cast<size_t>(&op - p->ops.data()));
+      }
+      if (static_cast<RefKind>(kind) == RefKind::kValue && !produced[index]) {
+        return BAD_BLOB("op %zu reads value %u before an op produces it", static_cast<size_t>(&op - p->ops.data()),
+                        index);
+      }
       op.refs.push_back(Ref{static_cast<RefKind>(kind), index});
     }
     if (!r.read(&op.out) || op.out >= nvalues) return BAD_BLOB("bad op output");
+    for (const Ref& ref : op.refs) {
+      if (ref.kind == RefKind::kValue && ref.index == op.out) return BAD_BLOB("op writes value %u, which it reads", op.out);
+    }
+    produced[op.out] = true;
   }
   p->outputs.resize(nouts);
   for (auto& o : p->outputs) {
     if (!r.read(&o) || o >= nvalues) return BAD_BLOB("bad output index");
+    if (!produced[o]) return BAD_BLOB("output value %u is never produced", o);
   }
   if (!r.done()) return BAD_BLOB("trailing bytes");
   return static_cast<void*>(p.release());
@@ -163,9 +213,9 @@ Error resolve(Program& p, const Ref& ref, KernelArgs args, Buf* out) {
 Error set_shape(Buf& out, const int64_t* sizes, int dim) {
   int64_t n = 1;
   for (int d = 0; d < dim; ++d) n *= sizes[d];
-  if (static_cast<uint64_t>(n) > out.storage.size()) {
+  if (static_cast<uint64_t>(n) > out.capacity) {
     return Error::make(ErrorCode::kOutOfMemory, "ember.reference: result of %" PRId64 " elements exceeds its bound %zu",
-                       n, out.storage.size());
+                       n, static_cast<size_t>(out.capacity));
   }
   out.dim = dim;
   for (int d = 0; d < dim; ++d) out.sizes[d] = sizes[d];
@@ -194,7 +244,7 @@ Error elementwise(const Buf& a, const Buf& b, Buf& out, bool mul) {
   }
   EMBER_TRY(set_shape(out, sizes, dim));
   const int64_t n = out.numel();
-  float* o = out.storage.data();
+  float* o = out.storage.get();
   for (int64_t i = 0; i < n; ++i) {
     int64_t rem = i, ia = 0, ib = 0;
     for (int d = dim - 1; d >= 0; --d) {
@@ -217,7 +267,7 @@ Error linear(const Buf& x, const Buf& w, const Buf& bias, Buf& out) {
   for (int d = 0; d < x.dim - 1; ++d) sizes[d] = x.sizes[d];
   sizes[x.dim - 1] = n;
   EMBER_TRY(set_shape(out, sizes, x.dim));
-  float* o = out.storage.data();
+  float* o = out.storage.get();
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float acc = bias.data ? bias.data[j] : 0.0f;

@@ -46,8 +46,13 @@ struct SamplerConfig {
 
 class Sampler {
  public:
-  // `vocab_size` > 0: the length of every logits row this sampler will see.
+  // `vocab_size` > 0: the length of every logits row this sampler will see. Allocates
+  // kBytesPerToken * vocab_size bytes: callers sizing it from a file check that first
+  // (ember::check_memory), as TextRunner::create does.
   explicit Sampler(int64_t vocab_size);
+
+  // Bytes of buffers per vocabulary entry: scratch logits, penalty counts, candidates.
+  static constexpr uint64_t kBytesPerToken = sizeof(float) + sizeof(int32_t) + 8;
 
   // Validates and installs `config`; reseeds the generator with config.seed.
   Error configure(const SamplerConfig& config);

@@ -6,6 +6,10 @@
 // instead of copying weights. The handle it returns is owned by the backend and released by
 // `destroy`. `execute` receives the delegate inputs followed by its outputs; outputs are
 // planned tensors the backend must resize and fill.
+//
+// A blob is file data: `init` must bounds-check everything it reads from it and check every
+// allocation the blob sizes with ember::check_memory (memory_limit.h) before making it, and
+// report failures as Errors (never throw, never abort).
 #pragma once
 
 #include <cstddef>

@@ -1,11 +1,19 @@
 // Method: an executable instance of one method of a Program.
 //
 // It owns its value table and its planned activation arena (one allocation, sized at export
-// by the memory planner). Inputs are bound by pointer (no copy) and must stay alive and
-// unchanged until execute() returns. Outputs are views into the arena, the state or the
-// constants, valid until the next execute(). A Method is not thread-safe: use one per thread.
-// Its state values point into the ProgramState it was loaded with (or the program's default
-// state); Methods bound to different states may run at the same time (see state.h).
+// by the memory planner and bounded by memory_limit()). Inputs are bound by pointer (no copy)
+// and must stay alive and unchanged until execute() returns; each execute() needs them bound
+// again (no pointer is kept from one execution to the next). Outputs are views into the
+// arena, the state, the constants or an input, valid until the next execute() (and, for a
+// view of an input, while that input's memory lives). A Method is not thread-safe: use one
+// per thread, or serialize calls. Its state values point into the ProgramState it was loaded
+// with (or the program's default state); Methods bound to different states may run at the same
+// time (see state.h).
+//
+// Loading proves, besides every index and size, that each instruction reads only values that
+// are constants, state, method inputs or outputs of an earlier instruction, that no kernel
+// writes an arena slice overlapping one it reads, and that every tensor is aligned for its
+// dtype; a file that breaks any of these is refused with kInvalidProgram.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +52,11 @@ class Method {
   size_t num_inputs() const { return inputs_.size(); }
   size_t num_outputs() const { return outputs_.size(); }
   const TensorSpec& input_spec(size_t i) const { return input_specs_[i]; }
+  // Declared dtype and upper-bound sizes of output `i` (empty sizes for a non-tensor output).
+  const TensorSpec& output_spec(size_t i) const { return output_specs_[i]; }
 
-  // Binds input `i` to caller memory after checking dtype, rank and sizes against the spec.
+  // Binds input `i` to caller memory after checking dtype, rank, sizes against the spec and
+  // that `t.data` is aligned for the dtype.
   Error set_input(size_t i, const Tensor& t);
   // Runs all instructions. Fails with the op name and instruction index if a kernel fails,
   // or if an input was not bound.
@@ -62,6 +73,10 @@ class Method {
   struct Instr;
   struct DelegateInstance;
   Error load(std::shared_ptr<Program> program, uint32_t index, std::shared_ptr<ProgramState> session_state);
+  // Walks the instructions in order (method_verify.cpp): every tensor read must be produced
+  // before it is read, and no kernel may write arena bytes it also reads. `storage` holds the
+  // fb::Storage of each tensor value and -1 for other values.
+  Error verify_dataflow(const std::vector<int8_t>& storage) const;
 
   std::shared_ptr<Program> program_;
   std::shared_ptr<ProgramState> state_;              // null: the program's default state
@@ -73,6 +88,8 @@ class Method {
   std::vector<bool> input_bound_;
   std::vector<TensorSpec> input_specs_;
   std::vector<EValue*> outputs_;
+  std::vector<TensorSpec> output_specs_;
+  std::vector<uint32_t> alias_values_;              // values with Alias storage (reset every execute)
   std::vector<Instr> instrs_;
   std::vector<std::string> op_names_;
   std::vector<DelegateInstance> delegates_;

@@ -4,11 +4,13 @@
 // offset/size, data offset/size), the flatbuffer (schema program.fbs), then the data segments.
 // `load_file` maps the file (weights are never copied) or, with LoadMode::kCopy, reads it into
 // huge-page-backed memory; `load_bytes` copies the buffer once.
-// Loading verifies the header, the flatbuffer and every index/offset/size read from it, so a
-// corrupted file yields an Error, never a crash. The Program owns the mapped bytes and the
-// default program-level state (e.g. the KV cache) shared by all methods loaded without a
-// state of their own (see state.h for per-session state); keep it alive (shared_ptr) as long
-// as any Method or ProgramState created from it.
+// Loading verifies the header, the flatbuffer and every index/offset/size read from it (every
+// segment starts 64-byte aligned), so a corrupted file yields an Error, never a crash. The state
+// block is bounded by memory_limit() (kOutOfMemory above it) and only tensors with initial bytes
+// are written at load: zero state keeps its pages untouched until a method writes them. The
+// Program owns the mapped bytes and the default program-level state (e.g. the KV cache) shared by
+// all methods loaded without a state of their own (see state.h for per-session state); keep it
+// alive (shared_ptr) as long as any Method or ProgramState created from it.
 #pragma once
 
 #include <cstdint>

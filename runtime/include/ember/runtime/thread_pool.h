@@ -2,12 +2,16 @@
 //
 // `parallel_for` splits [0, n) into at most num_threads() contiguous chunks and runs them
 // concurrently, the calling thread taking one chunk. Calls from inside a running chunk run
-// serially (no nested parallelism). Thread count defaults to the number of physical cores.
+// serially (no nested parallelism), and so do calls made while another thread is using the
+// pool (it never blocks). Thread count defaults to the number of physical cores. The pool is
+// process-wide: ember.runtime and ember.runners share one (libember_runtime).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+
+#include "ember/runtime/error.h"
 
 namespace ember {
 
@@ -27,9 +31,21 @@ class RangeFn {
 // Number of physical cores (falls back to logical CPUs when topology is unknown).
 int physical_core_count();
 
-// Sets the number of threads used by kernels (>= 1). Threads are created lazily.
-void set_num_threads(int n);
+// Logical CPUs this process may run on (its affinity mask): the most threads the pool uses.
+// More threads than CPUs only spin against each other (1000 threads ran a model 700x slower).
+int max_num_threads();
+
+// Sets the number of threads used by kernels: `n` clamped to [1, max_num_threads()]. The
+// worker threads are started now. Returns the count in effect, which is lower than asked when
+// `n` was above max_num_threads() or when the OS refused to start a worker; in the latter case
+// the pool keeps the workers it has, thread_pool_error() says why, and no later parallel_for
+// tries again (only the next set_num_threads does).
+int set_num_threads(int n);
 int get_num_threads();
+
+// Why the last attempt to start worker threads failed (kOutOfMemory with the OS's reason and
+// the count reached), or Error::ok(). Cleared by a set_num_threads that starts all its workers.
+Error thread_pool_error();
 
 // Runs fn(begin, end) over chunks of [0, n). `grain` is the smallest chunk worth a thread.
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn);
