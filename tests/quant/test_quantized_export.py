@@ -1,5 +1,6 @@
-"""Every family x every recipe through the whole stack: torchao quantize_ -> torch.export ->
-fuse passes -> .ember file -> C++ runtime == the torchao-quantized eager model.
+"""Every family x every recipe through the whole stack, as ``export_llm`` runs it: torchao
+quantize_ -> canonical ember modules over torchao's values -> torch.export -> passes -> .ember
+file -> C++ runtime == the torchao-quantized eager model.
 
 32 greedy steps after a prompt: identical tokens, logits within 1e-3 of the largest. The tied
 families (llama, gemma2, gemma3) also check that the lm_head reads the embedding's table, which the
@@ -19,6 +20,7 @@ from ember.export.program import Program
 from ember.llm.config import ExportConfig
 from ember.llm.exportable import ExportableLLM
 from ember.quant.apply import quantize_model
+from ember.quant.canonical_modules import to_canonical_modules
 from ember.quant.recipe import PER_CHANNEL, Mapping, QuantRecipe, ScaleDType, Scheme, WeightQuant
 
 from tests.llm.tiny_models import (
@@ -48,8 +50,10 @@ QUANT_OPS = {"ember::quantized_linear.default", "ember::quantized_embedding.defa
 
 def _export(case: str, recipe: QuantRecipe, tmp_path: Path):
     model, config = make_tiny_model(case)
-    plan = quantize_model(model, recipe)
-    wrapper = ExportableLLM(clone_model(model), ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN))
+    plan = quantize_model(model, recipe)  # `model` stays torchao's: the eager reference
+    exported = clone_model(model)
+    to_canonical_modules(exported)
+    wrapper = ExportableLLM(exported, ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN))
     program = lower(wrapper.export(), metadata={"llm.family": config.model_type})
     path = tmp_path / f"{case}.ember"
     program.save(path)
