@@ -28,7 +28,7 @@ from enum import IntEnum
 import torch
 
 __all__ = ["ActQuant", "quantized_linear", "quantized_embedding", "dequantize_weight", "pack_int4",
-           "unpack_int4", "quantize_activation_per_token", "weight_bytes"]
+           "unpack_int4", "quantize_activation_per_token", "weight_bytes", "bits_of_range", "canonical_from_codes"]
 
 SUPPORTED_BITS = (4, 8)
 
@@ -44,9 +44,11 @@ def pack_int4(q: torch.Tensor) -> torch.Tensor:
     """int8 codes in [-8, 7], [N, K] with K even -> uint8 [N, K / 2] (see the module docstring)."""
     if q.shape[-1] % 2:
         raise ValueError(f"pack_int4: the last dim ({q.shape[-1]}) must be even")
-    if q.numel() and (int(q.min()) < -8 or int(q.max()) > 7):
-        raise ValueError(f"pack_int4: codes must lie in [-8, 7], got [{int(q.min())}, {int(q.max())}]")
-    u = (q.to(torch.int16) + 8).to(torch.uint8)
+    if q.numel():
+        lo, hi = (int(v) for v in torch.aminmax(q))
+        if lo < -8 or hi > 7:
+            raise ValueError(f"pack_int4: codes must lie in [-8, 7], got [{lo}, {hi}]")
+    u = (q.to(torch.int8) + 8).view(torch.uint8)  # in [0, 15]: no overflow
     return (u[..., 0::2] | (u[..., 1::2] << 4)).contiguous()
 
 
@@ -55,6 +57,37 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     lo = (packed & 0x0F).to(torch.int8) - 8
     hi = (packed >> 4).to(torch.int8) - 8
     return torch.stack([lo, hi], dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def bits_of_range(qmin: int, qmax: int) -> int | None:
+    """The storage bits for integer codes in [qmin, qmax]: 4 inside [-8, 7], 8 inside [-128, 127],
+    None for anything wider."""
+    if not (-128 <= qmin < qmax <= 127):
+        return None
+    return 4 if qmin >= -8 and qmax <= 7 else 8
+
+
+def canonical_from_codes(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, bits: int,
+                         group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Unpacked int8 codes q [N, K] with per-group ``scale`` / ``zero_point`` (any shape holding
+    N * K / group_size values, e.g. torchao's) -> (qdata, scale [N, G], zero_point [N, G] or None)
+    in this module's format: 4-bit codes packed two per byte, an all-zero zero point dropped (it
+    changes no value). The values are the caller's; nothing is rounded here."""
+    if q.dtype != torch.int8 or q.dim() != 2:
+        raise ValueError(f"codes must be a 2-D int8 tensor, got {q.dtype} {list(q.shape)}")
+    n, k = q.shape
+    if group_size <= 0 or k % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the row length {k}")
+    groups = k // group_size
+    if scale.numel() != n * groups:
+        raise ValueError(f"scale must hold {n} x {groups} values, got {list(scale.shape)}")
+    z = None
+    if zero_point is not None:
+        if zero_point.numel() != n * groups:
+            raise ValueError(f"zero_point must hold {n} x {groups} values, got {list(zero_point.shape)}")
+        z = zero_point.reshape(n, groups).contiguous() if bool(torch.any(zero_point != 0)) else None
+    qdata = pack_int4(q) if bits == 4 else q.contiguous()
+    return qdata, scale.reshape(n, groups).contiguous(), z
 
 
 def _codes(qdata: torch.Tensor, bits: int) -> torch.Tensor:

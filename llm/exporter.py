@@ -130,8 +130,12 @@ def _quantize(loaded: LoadedSource, source: Any, quant: Any, progress: bool) -> 
             print(report.summary())
         return {"quant.recipe": GGUF, "quant.summary": report.summary()}
     from ember.quant.apply import quantize_model
+    from ember.quant.canonical_modules import to_canonical_modules
 
     plan = quantize_model(loaded.model, quant)
+    # torchao's weights -> ember's canonical modules over the same values: torch.export then traces one
+    # ember::quantized_* call per module instead of torchao's dequantize (+ dynamic quantize) pattern.
+    to_canonical_modules(loaded.model)
     if progress:
         print(plan.summary())
     metadata: dict[str, Any] = {"quant.recipe": quant.name, "quant.json": quant.to_json(),

@@ -55,6 +55,7 @@ def _load_builtin_passes() -> None:
         fuse_quantized_embedding,
         constant_folding,
         fuse_sibling_linears,
+        fuse_sibling_quantized_linears,
         fuse_rms_norm,
         fuse_rotary,
         fuse_swiglu,

@@ -22,7 +22,7 @@ from torch.fx import Node
 
 from ember.export.graph import LoweringGraph
 from ember.export.passes._match import call
-from ember.export.quant_ops import pack_int4
+from ember.export.quant_ops import bits_of_range, canonical_from_codes
 
 
 def _torchao_op(name: str) -> Any:
@@ -70,12 +70,6 @@ def _scalar_type(v: Any) -> torch.dtype:
     return {5: torch.float16, 6: torch.float32, 15: torch.bfloat16}.get(v, torch.float32)
 
 
-def _bits(qmin: int, qmax: int) -> int | None:
-    if not (-128 <= qmin < qmax <= 127):
-        return None
-    return 4 if qmin >= -8 and qmax <= 7 else 8
-
-
 def _module_name(g: LoweringGraph, node: Node) -> str:
     target = g.constant_names.get(node, node.name)
     return target.split(".parametrizations.")[0]
@@ -99,21 +93,18 @@ def canonical_weight(g: LoweringGraph, node: Any) -> CanonicalWeight | None:
     gs = int(block[1])
     if gs <= 0 or k % gs or not isinstance(qmin, int) or not isinstance(qmax, int):
         return None
-    bits = _bits(qmin, qmax)
+    bits = bits_of_range(qmin, qmax)
     if bits is None or (bits == 4 and (k % 2 or gs % 2)):
         return None
     s = g.constants[scale]
     if s.numel() != n * (k // gs) or not s.dtype.is_floating_point:
         return None
-    z = None
-    if zp is not None:
-        z = g.constants[zp]
-        if z.numel() != s.numel():
-            return None
-        z = None if not bool(torch.any(z != 0)) else z.reshape(n, k // gs).contiguous()
-    qd = pack_int4(q) if bits == 4 else q.contiguous()
+    z = g.constants[zp] if zp is not None else None
+    if z is not None and z.numel() != s.numel():
+        return None
+    qd, s, z = canonical_from_codes(q, s, z, bits, gs)
     out_dtype = _scalar_type(a.get("output_dtype"))
-    return CanonicalWeight(qd, s.reshape(n, k // gs).contiguous(), z, bits, gs, out_dtype, _module_name(g, qdata))
+    return CanonicalWeight(qd, s, z, bits, gs, out_dtype, _module_name(g, qdata))
 
 
 def dynamic_int8_source(x: Any) -> Node | None:

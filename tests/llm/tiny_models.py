@@ -130,6 +130,36 @@ def reference_greedy(model: PreTrainedModel, prompt: list[int], steps: int) -> G
     return GreedyTrace(prompt=list(prompt), tokens=tokens, logits=logits)
 
 
+@torch.no_grad()
+def reference_greedy_cached(model: PreTrainedModel, prompt: list[int], steps: int, max_seq_len: int) -> GreedyTrace:
+    """HF eager with its own KV cache (``past_key_values``, as ``generate`` runs it): the prompt in
+    chunks of max_seq_len, then one token per step, the same evaluation order as ``step_greedy``.
+
+    Same math as ``reference_greedy`` but not the same fp32 bits: a full recompute multiplies
+    [T, K] activations where a decode step multiplies [1, K], and the two matmuls may round the
+    current row differently by an ulp. Dynamic int8 activations turn such an ulp into a whole
+    quantization step when a value sits on a rounding boundary (and the cache then keeps it), so
+    their logits are compared to this reference."""
+    ref = clone_model(model)
+    ref.set_attn_implementation("eager")
+    past = None
+    out = None
+    for start in range(0, len(prompt), max_seq_len):
+        out = ref(input_ids=torch.tensor([prompt[start : start + max_seq_len]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+    tokens: list[int] = []
+    logits: list[torch.Tensor] = []
+    for i in range(steps):
+        last = out.logits[0, -1].float()  # [vocab]
+        logits.append(last)
+        token = int(last.argmax())
+        tokens.append(token)
+        if i + 1 < steps:
+            out = ref(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+    return GreedyTrace(prompt=list(prompt), tokens=tokens, logits=logits)
+
+
 StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 

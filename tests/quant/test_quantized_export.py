@@ -1,9 +1,16 @@
-"""Every family x every recipe through the whole stack: torchao quantize_ -> torch.export ->
-fuse passes -> .ember file -> C++ runtime == the torchao-quantized eager model.
+"""Every family x every recipe through the whole stack, as ``export_llm`` runs it: torchao
+quantize_ -> canonical ember modules over torchao's values -> torch.export -> passes -> .ember
+file -> C++ runtime == the torchao-quantized eager model.
 
-32 greedy steps after a prompt: identical tokens, logits within 1e-3 of the largest. The tied
-families (llama, gemma2, gemma3) also check that the lm_head reads the embedding's table, which the
-file stores once.
+32 greedy steps after a prompt: identical tokens, logits within 1e-3 of the largest, against the
+eager model decoded with transformers' own KV cache (the runtime's evaluation order); with dynamic
+int8 activations, at all but MAX_FLIP_STEPS steps (and 5e-2 at those). Against a full
+recompute at every step (no cache) the tokens must match too, and the logits of weight-only recipes
+stay within 1e-3; dynamic int8 activations may differ there by a whole quantization step (see
+``reference_greedy_cached``: measured on gemma2 8da4w, one attention output of layer 0 at 74.50001
+vs 74.50000763 quantization steps rounds to 75 vs 74 at step 5, and the cache keeps that K/V), so
+those get 5e-2. The tied families (llama, gemma2, gemma3) also check that the lm_head reads the
+embedding's table, which the file stores once.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from ember.export.program import Program
 from ember.llm.config import ExportConfig
 from ember.llm.exportable import ExportableLLM
 from ember.quant.apply import quantize_model
+from ember.quant.canonical_modules import to_canonical_modules
 from ember.quant.recipe import PER_CHANNEL, Mapping, QuantRecipe, ScaleDType, Scheme, WeightQuant
 
 from tests.llm.tiny_models import (
@@ -29,6 +37,7 @@ from tests.llm.tiny_models import (
     clone_model,
     make_tiny_model,
     reference_greedy,
+    reference_greedy_cached,
     step_greedy,
 )
 
@@ -43,13 +52,23 @@ RECIPES = {
     "4w_float_offset": QuantRecipe(linear=WeightQuant(Scheme.W4, 32, Mapping.FLOAT_OFFSET, scale_dtype=ScaleDType.FLOAT16),
                                    embedding=WeightQuant(Scheme.W8, PER_CHANNEL)),
 }
+MAX_FLIP_STEPS = 3  # of STEPS: steps a dynamic-activation rounding flip may move past 1e-3
+
+
+def _steps_over(actual, expected, rtol: float) -> list[int]:
+    return [i for i, (got, want) in enumerate(zip(actual.logits, expected.logits))
+            if float((got - want).abs().max()) > rtol * max(float(want.abs().max()), 1e-6)]
+
+
 QUANT_OPS = {"ember::quantized_linear.default", "ember::quantized_embedding.default"}
 
 
 def _export(case: str, recipe: QuantRecipe, tmp_path: Path):
     model, config = make_tiny_model(case)
-    plan = quantize_model(model, recipe)
-    wrapper = ExportableLLM(clone_model(model), ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN))
+    plan = quantize_model(model, recipe)  # `model` stays torchao's: the eager reference
+    exported = clone_model(model)
+    to_canonical_modules(exported)
+    wrapper = ExportableLLM(exported, ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN))
     program = lower(wrapper.export(), metadata={"llm.family": config.model_type})
     path = tmp_path / f"{case}.ember"
     program.save(path)
@@ -73,13 +92,21 @@ def test_quantized_runtime_matches_torchao_eager(case: str, recipe: str, tmp_pat
         return torch.from_numpy(logits)
 
     prompt = torch.randint(3, config.vocab_size, (7,), generator=torch.Generator().manual_seed(7)).tolist()
-    expected = reference_greedy(model, prompt, STEPS)
     actual = step_greedy(step, prompt, STEPS, MAX_SEQ_LEN)
-    # Dynamic int8 activations: an fp32 difference of one ulp upstream (ember's fused norm/rotary vs HF's
-    # chain) can move one activation across a rounding boundary, a whole quantization step. Tokens must
-    # still match; logits get 5e-2 (measured: up to 1.3e-2 on gemma2/gemma3). Weight-only stays at 1e-3.
+    cached = reference_greedy_cached(model, prompt, STEPS, MAX_SEQ_LEN)
     dynamic = RECIPES[recipe].linear.scheme.dynamic_activations
-    assert_traces_match(actual, expected, rtol=5e-2 if dynamic else 1e-3)
+    if dynamic:
+        # ember's SIMD fp32 kernels round differently from PyTorch's by an ulp now and then (measured:
+        # the AVX2 RMSNorm's FMA sum of squares flips one code at step 30 of llama3_rope 8da4w, 1.6e-3;
+        # 4e-7 with EMBER_KERNEL_ISA=portable): a few steps may carry a flip, never a large error.
+        assert_traces_match(actual, cached, rtol=5e-2)
+        over = _steps_over(actual, cached, 1e-3)
+        assert len(over) <= MAX_FLIP_STEPS, f"logits off by > 1e-3 at steps {over}"
+    else:
+        assert_traces_match(actual, cached, rtol=1e-3)
+    # No cache: the same tokens; a dynamic-activation rounding flip (see the module docstring) may
+    # move the logits by up to 2.2e-2 (gemma3 8da4w; HF's own cached decode differs from it as much).
+    assert_traces_match(actual, reference_greedy(model, prompt, STEPS), rtol=5e-2 if dynamic else 1e-3)
     if plan.tied:
         assert plan.shares_table
 
