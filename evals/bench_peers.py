@@ -109,12 +109,19 @@ class LlamaRunner:
         lc.llama_memory_clear(lc.llama_get_memory(llm.ctx), True)
         lc.llama_perf_context_reset(llm.ctx)
         llm.eval(self.ids)
-        tok = int(llm.scores[llm.n_tokens - 1].argmax())
+        tok = self._argmax()
         for _ in range(self.gen_len - 1):
             llm.eval([tok])
-            tok = int(llm.scores[llm.n_tokens - 1].argmax())
+            tok = self._argmax()
         perf = lc.llama_perf_context(llm.ctx)
         return 1000 * perf.n_p_eval / perf.t_p_eval_ms, 1000 * perf.n_eval / perf.t_eval_ms
+
+
+    def _argmax(self) -> int:
+        import numpy as np
+
+        logits = self.lc.llama_get_logits_ith(self.llm.ctx, -1)
+        return int(np.ctypeslib.as_array(logits, shape=(self.llm.n_vocab(),)).argmax())
 
 
 class HfRunner:
