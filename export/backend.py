@@ -35,6 +35,7 @@ class Subgraph:
     outputs: list[Node]
     constants: dict[Node, torch.Tensor] = field(default_factory=dict)
     max_shapes: dict[Node, list[int]] = field(default_factory=dict)
+    constant_names: dict[Node, str] = field(default_factory=dict)  # constant -> its name in the source model
 
 
 class BackendDetails(abc.ABC):
@@ -85,6 +86,29 @@ BACKEND_MODULES = {"reference": "ember.backends.reference", "cpu": "ember.backen
 
 def register_partitioner(name: str, factory: Callable[[], Partitioner]) -> None:
     _PARTITIONERS[name] = factory
+
+
+@dataclass(frozen=True)
+class BlobWeight:
+    """One weight matrix a delegate blob holds, as `ember inspect` lists it."""
+
+    name: str
+    shape: tuple[int, int]  # [N, K]
+    format: str  # e.g. "int4 g32 float16 scale"
+    bytes: int  # what the file stores for it (the whole blob)
+
+
+# Backend id -> module with `describe_blob(blob: bytes, specs: dict[str, bytes]) -> BlobWeight | None`,
+# importable without torch (ember inspect runs where only the runtime is installed).
+BLOB_INFO_MODULES = {"ember.cpu": "ember.backends.cpu.blob_info"}
+
+
+def describe_blob(backend_id: str, blob: bytes, specs: dict[str, bytes]) -> BlobWeight | None:
+    """What a delegate's blob holds, when its backend can say (None otherwise)."""
+    import importlib
+
+    module = BLOB_INFO_MODULES.get(backend_id)
+    return None if module is None else importlib.import_module(module).describe_blob(blob, specs)
 
 
 def get_partitioner(name: str) -> Partitioner:

@@ -73,5 +73,6 @@ def partition(g: LoweringGraph, partitioners: tuple[Partitioner, ...]) -> list[P
                    and isinstance(n.meta.get("val"), torch.Tensor)]
         max_shapes = {n: shape_bounds(n.meta["val"].shape, g.range_constraints, f"node '{n.name}'")[0]
                       for n in nodes + inputs if isinstance(n.meta.get("val"), torch.Tensor)}
-        result.append(Partition(partitioners[k], Subgraph(nodes, inputs, outputs, constants, max_shapes)))
+        names = {c: g.constant_names[c] for c in constants if c in g.constant_names}
+        result.append(Partition(partitioners[k], Subgraph(nodes, inputs, outputs, constants, max_shapes, names)))
     return result

@@ -61,6 +61,9 @@ def weight_rows(prog: Program, method: str = "forward") -> list[WeightRow]:
         return []
     rows: dict[Any, WeightRow] = {}
     for ins in _seq(m.instructions):
+        if ins.iType == InstructionKind.DelegateCall:
+            _add_delegate_weight(prog, m.delegates[ins.i.delegate], rows)
+            continue
         if ins.iType != InstructionKind.KernelCall:
             continue
         op = _s(m.operators[ins.i.op].name)
@@ -97,6 +100,21 @@ def weight_rows(prog: Program, method: str = "forward") -> list[WeightRow]:
         else:
             rows[key] = WeightRow(name or f"instruction {len(rows)}", (n, k), fmt, size, 1)
     return list(rows.values())
+
+
+def _add_delegate_weight(prog: Program, d: Any, rows: dict[Any, WeightRow]) -> None:
+    """The weight a delegate's blob holds, when its backend can describe it (one row per blob)."""
+    from ember.export.backend import describe_blob
+
+    key = ("delegate", int(d.segment))
+    if key in rows:
+        old = rows[key]
+        rows[key] = WeightRow(old.name, old.shape, old.format, old.bytes, old.users + 1)
+        return
+    specs = {_s(kv.key): bytes(_seq(kv.value)) for kv in _seq(d.compileSpecs)}
+    info = describe_blob(_s(d.backend), bytes(prog.segments[d.segment]), specs)
+    if info is not None:
+        rows[key] = WeightRow(info.name or f"{_s(d.backend)} blob {int(d.segment)}", info.shape, info.format, info.bytes, 1)
 
 
 def render_weights(rows: list[WeightRow], constants_bytes: int) -> list[str]:

@@ -61,9 +61,13 @@ class CpuBackend(BackendDetails):
     @classmethod
     def subgraph_compile_specs(cls, subgraph: Subgraph) -> list[CompileSpec]:
         node = cls._node(subgraph)
+        args, _, _ = _weight_args(node)
+        name = subgraph.constant_names.get(args[0], "")
+        name = name.removesuffix(".qdata").removesuffix(".parametrizations.weight.original0")
+        weight = [CompileSpec("weight", name.encode())] if name else []  # for ember inspect
         if node.target is _linear():
-            return [CompileSpec("op", OP_LINEAR), CompileSpec("act_quant", bytes([int(node.args[8])]))]
-        return [CompileSpec("op", OP_EMBEDDING)]
+            return [CompileSpec("op", OP_LINEAR), CompileSpec("act_quant", bytes([int(node.args[8])]))] + weight
+        return [CompileSpec("op", OP_EMBEDDING)] + weight
 
 
 class CpuPartitioner(Partitioner):

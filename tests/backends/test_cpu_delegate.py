@@ -26,6 +26,7 @@ from ember.backends.cpu import CpuPartitioner, packing
 from ember.export import lower
 from ember.export.program import Program
 from ember.export.quant_ops import dequantize_weight
+from ember.export.weights_report import weight_rows
 from tests.helpers import export
 from tests.runtime.corrupt import bit_flips, byte_edits, truncations
 from tests.runtime.test_quantized_kernels import QEmbedding, QLinears, magnitude, make_weight, rel_error
@@ -162,6 +163,10 @@ def test_tied_table_is_stored_once_and_gathers_exactly(bits, zp_kind, tmp_path):
     assert program.size < 1.3 * table_bytes + 16384, "the table must be stored once"
     (p,), (c,) = (files[k][1].run("forward", tokens) for k in ("portable", "cpu"))
     assert rel_error(c, torch.from_numpy(p)) <= 1e-4
+    # ember inspect lists the packed table once, read by both ops, with its format and size.
+    (row,) = weight_rows(Program.load(tmp_path / "tied-cpu.ember"))
+    assert row.shape == (300, 128) and row.users == 2 and "packed for ember.cpu" in row.format
+    assert row.format.startswith(f"int{bits} g32 float16 scale") and row.bytes == len(program.segments[method.delegates[0].segment])
 
 
 @pytest.mark.parametrize("bits,zp_kind", [(4, "none"), (4, "q4_1"), (8, "float"), (8, "int8")])
