@@ -12,6 +12,7 @@ prefix with them and prefills only the rest, so a multi-turn chat recomputes onl
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -23,6 +24,8 @@ from ember.runtime.errors import EmberIOError, InvalidArgumentError
 __all__ = ["LLM", "GenerationStats", "load"]
 
 Message = Mapping[str, Any]
+
+MAX_THREADS_ARGUMENT = 2**31 - 1  # the C++ runner takes an int; the runtime caps the pool itself
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,12 @@ class LLM:
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise EmberIOError(f"no such file: '{path}'; pass the path of a .ember file made by `ember export`")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise InvalidArgumentError(f"threads must be None (one per physical core) or an int >= 1, got {threads!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or not 1 <= threads <= MAX_THREADS_ARGUMENT):
+            raise InvalidArgumentError(
+                f"threads must be None (one per physical core) or an int in [1, 2**31), got {threads!r}; "
+                "more threads than cores only slows decoding down"
+            )
         self.path = path
         self._native = _runner
         self._runner = _runner.Runner(path, threads or 0, bool(mmap))
@@ -173,13 +180,14 @@ class LLM:
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidArgumentError("the prompt is empty; pass some text (or token ids)")
+            _check_text(prompt, "the prompt")
             return list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
-        try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
+        if isinstance(prompt, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(
-                f"the prompt must be a string or a sequence of int token ids, got {type(prompt).__name__}"
-            ) from None
+                f"the prompt is {type(prompt).__name__}, not text or token ids; decode it first "
+                "(prompt.decode('utf-8')) or pass a list of int token ids"
+            )
+        ids = _token_ids(prompt, "the prompt")
         if not ids:
             raise InvalidArgumentError("the prompt has no token ids; pass at least one (e.g. the BOS id)")
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
@@ -233,19 +241,32 @@ class LLM:
         *,
         stream: bool = False,
         config: GenerationConfig | None = None,
+        parse_special_tokens: bool = False,
         **settings: Any,
     ) -> str | Iterator[str]:
         """Answers the conversation `messages` ([{"role": "user", "content": ...}, ...]) with the
         file's chat template. Takes the same settings as generate(). Pass the whole history each
-        turn: the cached prefix of the previous turns is reused, only the new part is prefilled."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise InvalidArgumentError(
-                "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
-                f"got {messages!r:.80}"
-            )
-        text = self.chat_template.render(list(messages), add_generation_prompt=True)
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return self.generate(ids, stream=stream, config=config, **settings)
+        turn: the cached prefix of the previous turns is reused, only the new part is prefilled.
+        Special-token text inside a message's content ("<|im_start|>") reaches the model as plain
+        text; parse_special_tokens=True makes it the control token instead."""
+        cfg = self.config(config, **settings)  # bad settings fail before the template runs
+        ids = self.encode_chat(messages, parse_special_tokens=parse_special_tokens)
+        return self.generate(ids, stream=stream, config=cfg)
+
+    def encode_chat(self, messages: Sequence[Message], *, parse_special_tokens: bool = False,
+                    add_generation_prompt: bool = True) -> list[int]:
+        """The token ids chat() prefills for `messages`: the file's chat template rendered, then
+        tokenized. Message contents are tokenized as plain text (a user typing "<|im_start|>"
+        gets the characters, not the control token) unless `parse_special_tokens` is True."""
+        checked = _check_messages(messages)
+        text = self.chat_template.render(checked, add_generation_prompt=add_generation_prompt)
+        tokenizer = self.tokenizer
+        if parse_special_tokens:
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        ids: list[int] = []
+        for segment, is_content in _content_segments(text, checked, tokenizer.special_token_strings()):
+            ids += tokenizer.encode(segment, add_special_tokens=False, parse_special_tokens=not is_content)
+        return ids
 
     def generate_ids(self, prompt: str | Sequence[int], **settings: Any) -> list[int]:
         """Like generate() but returns the generated token ids (no detokenization, no stop strings)."""
@@ -269,7 +290,17 @@ class LLM:
     def forward(self, tokens: Sequence[int], pos: int) -> Any:
         """Raw forward: logits float32[vocab] of the last of `tokens` placed at positions pos...
         Invalidates the cached-prefix bookkeeping (the next generate starts from position 0)."""
-        return self._runner.forward(list(tokens), int(pos))
+        ids = _token_ids(tokens, "forward tokens")
+        if not ids or any(not 0 <= t < self.vocab_size for t in ids):
+            raise InvalidArgumentError(
+                f"forward tokens must be 1 or more ids in [0, {self.vocab_size}), got {list(tokens)!r:.120}"
+            )
+        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.max_context_len - len(ids):
+            raise InvalidArgumentError(
+                f"pos must be an int in [0, {self.max_context_len - len(ids)}] so that {len(ids)} token(s) fit "
+                f"the context of {self.max_context_len}, got {pos!r}"
+            )
+        return self._runner.forward(ids, pos)
 
     # --- internals ------------------------------------------------------------------------
     def _native_config(self, cfg: GenerationConfig) -> Any:
@@ -277,7 +308,7 @@ class LLM:
         native.max_new_tokens = cfg.max_new_tokens
         native.ignore_eos = cfg.ignore_eos
         s = native.sampling
-        s.temperature = cfg.temperature
+        s.temperature = cfg.sampler_temperature  # 0 for temperatures too small for float32 sampling
         s.top_k = cfg.top_k
         s.top_p = cfg.top_p
         s.min_p = cfg.min_p
@@ -333,6 +364,102 @@ class LLM:
     def __repr__(self) -> str:
         family = self.metadata.get("llm.family", "?")
         return f"ember.LLM({self.path!r}, family={family!r}, vocab={self.vocab_size}, context={self.max_context_len})"
+
+
+def _check_text(text: str, what: str) -> None:
+    """Text the tokenizer can take: valid Unicode (no lone surrogates such as '\\ud800')."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        raise InvalidArgumentError(
+            f"{what} contains the lone surrogate U+{ord(bad):04X} at index {error.start}, which is not valid "
+            "Unicode text; decode bytes with errors='replace' (or fix the string) before passing it"
+        ) from None
+
+
+def _token_ids(values: Any, what: str) -> list[int]:
+    """`values` as a list of Python ints: ints and numpy integers only (no floats, bools or bytes)."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{what} must be a string or a sequence of int token ids, got {type(values).__name__}"
+        )
+    ids = []
+    for index, value in enumerate(values):
+        if isinstance(value, bool):
+            raise InvalidArgumentError(f"{what}: item {index} is the bool {value!r}, not an int token id")
+        try:
+            ids.append(operator.index(value))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{what}: item {index} is {value!r} ({type(value).__name__}), not an int token id; "
+                "pass text as a str, or ids produced by this model's tokenizer"
+            ) from None
+    return ids
+
+
+def _check_messages(messages: Any) -> list[dict[str, Any]]:
+    """Chat messages as plain dicts; each has a str role and str content (checked here so a bad
+    message is one clear error, not a TypeError from inside the template)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
+        raise InvalidArgumentError(
+            "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
+            f"got {messages!r:.80}"
+        )
+    checked = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InvalidArgumentError(
+                f"message {index} must be a dict like {{'role': 'user', 'content': 'Hi'}}, "
+                f"got {type(message).__name__} {message!r:.80}"
+            )
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise InvalidArgumentError(
+                f"message {index}: 'role' must be a non-empty string such as 'user', 'assistant' or 'system', "
+                f"got {role!r:.80}"
+            )
+        if not isinstance(content, str):
+            raise InvalidArgumentError(
+                f"message {index} ({role}): 'content' must be a string, got {type(content).__name__} "
+                f"{content!r:.80}; join list parts into one string (str(x) for numbers)"
+            )
+        _check_text(content, f"message {index} ({role}) content")
+        checked.append(dict(message))
+    return checked
+
+
+def _content_segments(text: str, messages: Sequence[Mapping[str, Any]],
+                      specials: Sequence[str]) -> list[tuple[str, bool]]:
+    """Splits the rendered chat `text` into (segment, is_message_content) pieces so message contents
+    can be tokenized without special-token parsing. Only contents that hold special-token text need
+    their own segment; without any, the text is one segment (tokenized exactly as transformers does)."""
+    segments: list[tuple[str, bool]] = []
+    start = 0  # text before this is already in `segments`
+    search = 0  # contents appear in message order
+    for index, message in enumerate(messages):
+        content = message["content"]
+        if not content:
+            continue
+        found = text.find(content, search)
+        holds_special = next((s for s in specials if s in content), None)
+        if holds_special is None:
+            if found >= 0:
+                search = found + len(content)
+            continue
+        if found < 0:
+            raise InvalidArgumentError(
+                f"message {index} ({message['role']}) content holds the special token text {holds_special!r} and the "
+                "chat template rewrote the content, so it cannot be kept as plain text; remove that text, or pass "
+                "parse_special_tokens=True to let it act as the control token"
+            )
+        if found > start:
+            segments.append((text[start:found], False))
+        segments.append((content, True))
+        start = search = found + len(content)
+    if start < len(text):
+        segments.append((text[start:], False))
+    return segments
 
 
 def _special_token_strings(tokenizer: Any) -> dict[str, str]:

@@ -79,8 +79,9 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
         for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
             if chosen.get(key) is not None:
                 metadata[f"generation.{key}"] = int(chosen[key]) if key == "top_k" else float(chosen[key])
-        if "do_sample" in chosen:
-            metadata["generation.do_sample"] = bool(chosen["do_sample"])
+        # Always written: to_diff_dict drops do_sample=False (transformers' default), yet with it a
+        # checkpoint's temperature is ignored and decoding is greedy; ember's runner must do the same.
+        metadata["generation.do_sample"] = bool(chosen.get("do_sample", gen.do_sample))
     return metadata
 
 

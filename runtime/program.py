@@ -21,7 +21,8 @@ def _to_numpy(x: Any, index: int) -> tuple[np.ndarray, bool]:
             return tensor.view(dtype=_torch_int16(tensor)).numpy().view(np.uint16), True
         return tensor.numpy(), False
     try:
-        return np.ascontiguousarray(x), False
+        # asarray(order="C"), not ascontiguousarray: the latter turns a 0-d input into rank 1.
+        return np.asarray(x, order="C"), False
     except Exception as exc:  # noqa: BLE001 - numpy raises many types here
         raise InvalidArgumentError(f"input {index} ({type(x).__name__}) cannot be converted to an array: {exc}") from exc
 

@@ -132,3 +132,30 @@ def test_packaged_gguf_greedy_chat_matches_transformers() -> None:
         generated = ref.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids) :].tolist()
     n = min(len(generated), len(trace.tokens))
     assert trace.tokens[:n] == generated[:n]
+
+
+def test_do_sample_is_always_recorded(tmp_path) -> None:
+    """A checkpoint with a temperature but transformers' default do_sample=False decodes greedily in
+    transformers; the file must say so (to_diff_dict alone drops do_sample=False)."""
+    from ember.llm.generation import GenerationConfig
+
+    model, _ = make_tiny_model("llama")
+    model.generation_config.temperature = 0.6
+    model.generation_config.do_sample = True  # transformers refuses to save the combination below
+    model.save_pretrained(tmp_path)
+    smollm2_hf_tokenizer().save_pretrained(tmp_path)
+    gen_file = tmp_path / "generation_config.json"
+    written = json.loads(gen_file.read_text())
+    del written["do_sample"]  # as checkpoints in the wild have it: a temperature, do_sample left default
+    gen_file.write_text(json.dumps(written))
+    _, metadata, _ = export_program(tmp_path, ExportConfig(max_context_len=16, max_seq_len=4), progress=False)
+    assert metadata["generation.do_sample"] is False
+    assert GenerationConfig.from_metadata(metadata).greedy
+
+
+def test_do_sample_true_is_recorded(tiny_folder) -> None:
+    from ember.llm.generation import GenerationConfig
+
+    _, metadata, _ = export_program(tiny_folder, ExportConfig(max_context_len=16, max_seq_len=4), progress=False)
+    assert metadata["generation.do_sample"] is True
+    assert GenerationConfig.from_metadata(metadata).temperature == pytest.approx(0.6)
