@@ -80,11 +80,15 @@ def render(info: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ember.runtime.errors import EmberError
+    from ember.runtime.file_check import check_program_path
 
     try:
-        info = describe(args.file)
+        info = describe(check_program_path(args.file))
     except EmberError as exc:
-        print(f"ember inspect: {args.file}: {exc}", file=sys.stderr)
+        print(f"ember inspect: error: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:  # the Python reader on a file the runtime accepted
+        print(f"ember inspect: error: {args.file}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(info, indent=2, default=str) if args.json else render(info))
     return 0

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ember.llm.generation import GenerationConfig
-from ember.runtime.errors import EmberIOError, InvalidArgumentError
+from ember.runtime.errors import InvalidArgumentError
+from ember.runtime.file_check import check_program_path
 
 __all__ = ["LLM", "GenerationStats", "load"]
 
@@ -103,9 +104,7 @@ class LLM:
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> None:
         from ember.runners import _runner
 
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise EmberIOError(f"no such file: '{path}'; pass the path of a .ember file made by `ember export`")
+        path = check_program_path(path)  # a folder, a .gguf, ...: says what to run instead
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or not 1 <= threads <= MAX_THREADS_ARGUMENT):
             raise InvalidArgumentError(

@@ -99,6 +99,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             print(f"ember bench: error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
+    if args.warmup < 0:
+        print(f"ember bench: error: --warmup must be >= 0, got {args.warmup}", file=sys.stderr)
+        return 2
+    if args.threads is not None and not 1 <= args.threads < 2**31:
+        print(f"ember bench: error: --threads must be in [1, 2**31), got {args.threads}", file=sys.stderr)
+        return 2
     text_path = Path(args.text) if args.text else _default_text_path()
     try:
         result = bench(args.file, args.prompt_len, args.gen_len, args.repeats, args.warmup, args.threads, text_path,

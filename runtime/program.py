@@ -117,6 +117,9 @@ def backend_ids() -> list[str]:
 
 
 def set_num_threads(n: int) -> None:
+    """Kernel threads of this process (>= 1)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 2**31 - 1:
+        raise InvalidArgumentError(f"threads must be an int in [1, 2**31), got {n!r}; use about one per physical core")
     _C.set_num_threads(int(n))
 
 

@@ -37,15 +37,58 @@ def test_generate_prints_the_api_text(path) -> None:
 
 
 def test_generate_reads_stdin_and_applies_chat(path) -> None:
-    r = ember_cli("generate", path, "-p", "-", "--chat", "-n", "3", stdin="Hello")
+    llm = ember.load(path, threads=1)
+    want = llm.chat([{"role": "user", "content": "Hello"}], max_new_tokens=3)
+    r = ember_cli("generate", path, "-p", "-", "--chat", "-n", "3", "--threads", "1", stdin="Hello")
     assert r.returncode == 0, r.stderr
+    assert r.stdout == want + "\n"
+    assert want != llm.generate("Hello", max_new_tokens=3)  # the template was applied: not the plain continuation
+
+
+def test_arguments_are_checked_before_loading(tmp_path) -> None:
+    missing = str(tmp_path / "missing.ember")  # never opened: the flags fail first
+    for flags, match in ((["-n", "0"], "--max-new-tokens: GenerationConfig.max_new_tokens must be an int in [1, 2**63), got 0"),
+                         (["--top-p", "1e-300"], "--top-p: "), (["--threads", "0"], "--threads must be in"),
+                         (["-t", "1e300"], "got 1e+300")):
+        for command in (["generate", missing, "-p", "x"], ["chat", missing]):
+            r = ember_cli(*command, *flags, stdin="")
+            assert r.returncode == 2 and match in r.stderr and "no such file" not in r.stderr, r.stderr
+
+
+def test_wrong_kinds_of_file_say_what_to_do(tmp_path) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    cases = [(gguf, f"is a GGUF model, not an .ember program; convert it with `ember export {gguf} -o model.ember`"),
+             (folder, f"is a folder, not an .ember file; it looks like a Hugging Face checkpoint: export it first "
+                      f"with `ember export {folder} -o model.ember`"),
+             (tmp_path / "missing.ember", "no such file")]
+    for target, message in cases:
+        for command in (["generate", str(target), "-p", "x"], ["chat", str(target)], ["inspect", str(target)],
+                        ["bench", str(target)]):
+            r = ember_cli(*command, stdin="")
+            assert r.returncode == 1, (command, r.stderr)
+            assert message in r.stderr and "Traceback" not in r.stderr, (command, r.stderr)
+
+
+def test_context_end_is_reported_without_stats(path) -> None:
+    prompt = "It is a truth universally acknowledged, that a single man in possession of a good fortune"
+    llm = ember.load(path, threads=1)
+    llm.generate(prompt, max_new_tokens=200)
+    assert llm.stats.stop_reason == "context_full"  # the fixture's greedy text runs into the 96-token context
+    r = ember_cli("generate", path, "-p", prompt, "-n", "200", "--threads", "1")
+    assert r.returncode == 0 and "context of 96 tokens (llm.max_context_len) is full" in r.stderr, r.stderr
+    r = ember_cli("generate", path, "-p", prompt, "-n", "2", "--threads", "1")
+    assert r.returncode == 0 and "is full" not in r.stderr
 
 
 def test_generate_errors_are_one_clear_line(path, tmp_path) -> None:
     r = ember_cli("generate", str(tmp_path / "missing.ember"), "-p", "x")
     assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = ember_cli("generate", path, "-p", "x", "--top-p", "2")
-    assert r.returncode == 1 and "top_p" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "top_p" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_chat_repl_multi_turn_reset_and_exit(path) -> None:

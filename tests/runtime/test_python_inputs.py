@@ -1,4 +1,4 @@
-"""Rank-0 (0-d) inputs reach a method as rank 0, from numpy scalars, 0-d arrays and Python floats."""
+"""Python-side input checks of ember.runtime: rank-0 inputs keep rank 0; thread counts too big for C++ are refused in Python."""
 
 from __future__ import annotations
 
@@ -31,3 +31,11 @@ def test_rank1_where_rank0_is_declared_is_still_refused(program) -> None:
 
     with pytest.raises(ember.runtime.InvalidArgumentError):
         program.run("forward", np.arange(3, dtype=np.float32), np.array([3.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize("n", [2**40, 0, 1.5, True, "2"])
+def test_set_num_threads_checks_the_value_in_python(n) -> None:
+    import ember.runtime
+
+    with pytest.raises(ember.runtime.InvalidArgumentError, match=r"threads must be an int in \[1, 2\*\*31\), got"):
+        ember.runtime.set_num_threads(n)
