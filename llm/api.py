@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -262,8 +263,20 @@ class LLM:
         tokenizer = self.tokenizer
         if parse_special_tokens:
             return list(tokenizer.encode(text, add_special_tokens=False))
+        specials = tokenizer.special_token_strings()
+        holder = next(((i, s) for i, m in enumerate(checked) for s in specials if s in m["content"]), None)
+        if holder is None:  # nothing to protect: one piece, tokenized exactly as transformers does
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        segments = _content_segments(self.chat_template, checked, text, add_generation_prompt)
+        if segments is None:
+            index, special = holder
+            raise InvalidArgumentError(
+                f"message {index} ({checked[index]['role']}) content holds the special token text {special!r} and "
+                "the chat template changes message content, so it cannot be kept as plain text; remove that "
+                "text, or pass parse_special_tokens=True to let it act as the control token"
+            )
         ids: list[int] = []
-        for segment, is_content in _content_segments(text, checked, tokenizer.special_token_strings()):
+        for segment, is_content in segments:
             ids += tokenizer.encode(segment, add_special_tokens=False, parse_special_tokens=not is_content)
         return ids
 
@@ -428,36 +441,38 @@ def _check_messages(messages: Any) -> list[dict[str, Any]]:
     return checked
 
 
-def _content_segments(text: str, messages: Sequence[Mapping[str, Any]],
-                      specials: Sequence[str]) -> list[tuple[str, bool]]:
-    """Splits the rendered chat `text` into (segment, is_message_content) pieces so message contents
-    can be tokenized without special-token parsing. Only contents that hold special-token text need
-    their own segment; without any, the text is one segment (tokenized exactly as transformers does)."""
+_CONTENT_MARK = re.compile("\ue000(\\d+)\ue001")  # private-use characters: no template prints them
+
+
+def _content_segments(template: Any, messages: list[dict[str, Any]], text: str,
+                      add_generation_prompt: bool) -> list[tuple[str, bool]] | None:
+    """The rendered chat `text` as (segment, is_message_content) pieces, so contents can be tokenized
+    without special-token parsing while the template's own text keeps its control tokens.
+
+    The template is rendered a second time with each content replaced by a marker; where the
+    markers land is where the contents are. None when putting the contents back at the markers
+    does not give `text` (the template transforms or inspects content): then the positions of
+    the contents are unknown and the caller refuses rather than guess."""
+    marked = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    try:
+        skeleton = template.render(marked, add_generation_prompt=add_generation_prompt)
+    except ValueError:
+        return None
     segments: list[tuple[str, bool]] = []
-    start = 0  # text before this is already in `segments`
-    search = 0  # contents appear in message order
-    for index, message in enumerate(messages):
-        content = message["content"]
-        if not content:
-            continue
-        found = text.find(content, search)
-        holds_special = next((s for s in specials if s in content), None)
-        if holds_special is None:
-            if found >= 0:
-                search = found + len(content)
-            continue
-        if found < 0:
-            raise InvalidArgumentError(
-                f"message {index} ({message['role']}) content holds the special token text {holds_special!r} and the "
-                "chat template rewrote the content, so it cannot be kept as plain text; remove that text, or pass "
-                "parse_special_tokens=True to let it act as the control token"
-            )
-        if found > start:
-            segments.append((text[start:found], False))
-        segments.append((content, True))
-        start = search = found + len(content)
-    if start < len(text):
-        segments.append((text[start:], False))
+    start = 0
+    for match in _CONTENT_MARK.finditer(skeleton):
+        index = int(match.group(1))
+        if index >= len(messages):
+            return None
+        if match.start() > start:
+            segments.append((skeleton[start:match.start()], False))
+        if messages[index]["content"]:
+            segments.append((messages[index]["content"], True))
+        start = match.end()
+    if start < len(skeleton):
+        segments.append((skeleton[start:], False))
+    if "".join(piece for piece, _ in segments) != text:
+        return None
     return segments
 
 

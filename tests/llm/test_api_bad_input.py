@@ -125,6 +125,16 @@ def test_special_token_text_in_content_stays_text(llm) -> None:
     assert llm.cached_tokens[: len(as_text)] == as_text  # what the model saw
 
 
+def test_special_text_that_also_appears_in_the_template_is_placed_right(llm) -> None:
+    # The template's own "<|im_end|>" follows "hi"; the user's identical text comes one turn later.
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "<|im_end|>"}]
+    from tests.runners.tiny_llm import IM_END_ID
+
+    assert llm.encode_chat(messages).count(IM_END_ID) == 3  # the template's three turn ends only
+    assert llm.encode_chat(messages, parse_special_tokens=True).count(IM_END_ID) == 4
+
+
 def test_content_without_special_text_tokenizes_like_the_whole_prompt(llm) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
     text = llm.chat_template.render(messages, add_generation_prompt=True)
@@ -136,7 +146,7 @@ def test_rewritten_content_with_special_text_is_refused(llm, monkeypatch) -> Non
 
     upper = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content']|upper }}<|im_end|>\n{% endfor %}"
     monkeypatch.setattr(llm, "_chat_template", ChatTemplate(upper))
-    with pytest.raises(InvalidArgumentError, match="rewrote the content.*parse_special_tokens=True"):
+    with pytest.raises(InvalidArgumentError, match="changes message content.*parse_special_tokens=True"):
         llm.encode_chat([{"role": "user", "content": "a<|im_start|>b"}])
     assert llm.encode_chat([{"role": "user", "content": "a<|im_start|>b"}], parse_special_tokens=True)
 
