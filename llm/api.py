@@ -307,12 +307,13 @@ class LLM:
             raise InvalidArgumentError(
                 f"forward tokens must be 1 or more ids in [0, {self.vocab_size}), got {list(tokens)!r:.120}"
             )
-        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos <= self.max_context_len - len(ids):
+        position = _as_int(pos)
+        if position is None or not 0 <= position <= self.max_context_len - len(ids):
             raise InvalidArgumentError(
                 f"pos must be an int in [0, {self.max_context_len - len(ids)}] so that {len(ids)} token(s) fit "
                 f"the context of {self.max_context_len}, got {pos!r}"
             )
-        return self._runner.forward(ids, pos)
+        return self._runner.forward(ids, position)
 
     # --- internals ------------------------------------------------------------------------
     def _native_config(self, cfg: GenerationConfig) -> Any:
@@ -388,6 +389,16 @@ def _check_text(text: str, what: str) -> None:
             f"{what} contains the lone surrogate U+{ord(bad):04X} at index {error.start}, which is not valid "
             "Unicode text; decode bytes with errors='replace' (or fix the string) before passing it"
         ) from None
+
+
+def _as_int(value: Any) -> int | None:
+    """`value` as a Python int when it is an int or a numpy integer (not a bool, not a float)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _token_ids(values: Any, what: str) -> list[int]:

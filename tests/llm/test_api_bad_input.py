@@ -87,6 +87,7 @@ def test_numpy_int_ids_are_token_ids(llm) -> None:
 
 def test_forward_checks_tokens_and_position(llm) -> None:
     assert llm.forward([1, 2], 0).shape == (llm.vocab_size,)
+    assert llm.forward(np.array([1, 2]), np.int64(3)).shape == (llm.vocab_size,)
     with pytest.raises(InvalidArgumentError, match="pos must be an int in"):
         llm.forward([1], 2**70)
     with pytest.raises(InvalidArgumentError, match="forward tokens must be"):
