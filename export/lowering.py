@@ -81,12 +81,17 @@ def check_supported(g: LoweringGraph, delegated: set[Any], kernels: Mapping[str,
 
 def lower(programs: ExportedProgram | Mapping[str, ExportedProgram], *, partitioners: tuple[Partitioner, ...] = (),
           metadata: Mapping[str, Any] | None = None, config: LoweringConfig | None = None,
-          progress: bool = False) -> Program:
+          progress: bool = False, export_started: float | None = None) -> Program:
     """Lowers one exported program (method 'forward') or a {method_name: program} dict to a Program.
 
     Buffers mutated by any method become program state shared by all methods and are updated in
     place. Dynamic dims are planned at the upper bounds given to torch.export.
+
+    Records ``export.lowering_seconds`` (this call, decomposition included) and, when
+    `export_started` (a ``time.perf_counter()`` value) is given, ``export.total_seconds`` from
+    then to the end of lowering (loading, quantizing, torch.export and lowering; not the write).
     """
+    t0 = time.perf_counter()
     config = config or LoweringConfig()
     if isinstance(programs, ExportedProgram):
         programs = {"forward": programs}
@@ -125,7 +130,6 @@ def lower(programs: ExportedProgram | Mapping[str, ExportedProgram], *, partitio
         bar = tqdm(total=len(programs), desc="lowering", unit="method", leave=False)
     methods = []
     notes: list[str] = []
-    t0 = time.perf_counter()
     for name, ep in programs.items():
         g = build_lowering_graph(name, ep, mutable)
         run_passes(g, ctx, config.skip_passes)
@@ -154,7 +158,10 @@ def lower(programs: ExportedProgram | Mapping[str, ExportedProgram], *, partitio
         st.initSegment = -1 if not bool(torch.any(t != 0)) else segments.add(tensor_bytes(t))
         root.state.append(st)
     md = dict(metadata or {})
-    md.setdefault("export.lowering_seconds", round(time.perf_counter() - t0, 3))
+    done = time.perf_counter()
+    md.setdefault("export.lowering_seconds", round(done - t0, 3))
+    if export_started is not None:
+        md.setdefault("export.total_seconds", round(done - export_started, 3))
     if notes:
         md.setdefault("export.notes", "\n".join(notes))
     root.metadata = encode_metadata(md, segments)

@@ -10,6 +10,7 @@ from typing import Any, BinaryIO, Union
 import flatbuffers
 
 from ember.export import format as fmt
+from ember.export.state_summary import StateTensor, state_lines
 from ember.fb.MetaBool import MetaBoolT
 from ember.fb.MetaBytes import MetaBytesT
 from ember.fb.MetaDouble import MetaDoubleT
@@ -241,14 +242,17 @@ class Program:
                 if v.vType == ValueKind.Tensor and v.v.storage == Storage.Constant}.values()),
         }
 
+    def state_tensors(self) -> list[StateTensor]:
+        """The program's state (the KV cache): name, dtype and shape of each tensor."""
+        return [StateTensor(_s(st.name), str(DTYPE_NAMES.get(st.dtype, st.dtype)),
+                            tuple(int(x) for x in _seq(st.sizes))) for st in _seq(self.root.state)]
+
     def summary(self) -> str:
         lines = []
         seg_sizes = [len(memoryview(s).cast("B")) for s in self.segments]
         lines.append(f"ember program: {len(self.methods)} method(s), {len(self.segments)} segment(s) "
                      f"({_human(sum(seg_sizes))}), {len(_seq(self.root.metadata))} metadata entries")
-        for st in _seq(self.root.state):
-            shape = list(st.sizes) if st.sizes is not None else []
-            lines.append(f"  state {_s(st.name)}: {DTYPE_NAMES.get(st.dtype, st.dtype)}{shape}")
+        lines.extend(f"  {line}" for line in state_lines(self.state_tensors(), _human))
         for name in self.methods:
             s = self.method_stats(name)
             lines.append(f"  method {name}: {s['instructions']} instructions")

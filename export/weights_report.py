@@ -117,12 +117,13 @@ def _add_delegate_weight(prog: Program, d: Any, rows: dict[Any, WeightRow]) -> N
         rows[key] = WeightRow(info.name or f"{_s(d.backend)} blob {int(d.segment)}", info.shape, info.format, info.bytes, 1)
 
 
-def render_weights(rows: list[WeightRow], constants_bytes: int) -> list[str]:
+def render_weights(rows: list[WeightRow], constants_bytes: int, table: bool = True) -> list[str]:
+    """The totals line, after one line per matrix when `table`."""
     if not rows:
         return []
     out = ["weights:"]
     width = max(len(r.name) for r in rows)
-    for r in rows:
+    for r in rows if table else ():
         shared = "  (shared by 2 ops)" if r.users > 1 else ""
         out.append(f"  {r.name:<{width}}  [{r.shape[0]}, {r.shape[1]}]  {r.format}  "
                    f"{r.bits_per_weight:.2f} bits/weight  {_human(r.bytes)}{shared}")

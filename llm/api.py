@@ -12,17 +12,22 @@ prefix with them and prefills only the rest, so a multi-turn chat recomputes onl
 
 from __future__ import annotations
 
+import operator
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ember.llm.generation import GenerationConfig
-from ember.runtime.errors import EmberIOError, InvalidArgumentError
+from ember.runtime.errors import InvalidArgumentError
+from ember.runtime.file_check import check_program_path
 
 __all__ = ["LLM", "GenerationStats", "load"]
 
 Message = Mapping[str, Any]
+
+MAX_THREADS_ARGUMENT = 2**31 - 1  # the C++ runner takes an int; the runtime caps the pool itself
 
 
 @dataclass(frozen=True)
@@ -100,11 +105,13 @@ class LLM:
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> None:
         from ember.runners import _runner
 
-        path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise EmberIOError(f"no such file: '{path}'; pass the path of a .ember file made by `ember export`")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise InvalidArgumentError(f"threads must be None (one per physical core) or an int >= 1, got {threads!r}")
+        path = check_program_path(path)  # a folder, a .gguf, ...: says what to run instead
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or not 1 <= threads <= MAX_THREADS_ARGUMENT):
+            raise InvalidArgumentError(
+                f"threads must be None (one per physical core) or an int in [1, 2**31), got {threads!r}; "
+                "more threads than cores only slows decoding down"
+            )
         self._setup(path, _runner, _runner.Runner(path, threads or 0, bool(mmap)), None)
 
     def _setup(self, path: str, native: Any, runner: Any, parent: "LLM | None") -> None:
@@ -203,13 +210,14 @@ class LLM:
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidArgumentError("the prompt is empty; pass some text (or token ids)")
+            _check_text(prompt, "the prompt")
             return list(self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens))
-        try:
-            ids = [int(t) for t in prompt]
-        except (TypeError, ValueError):
+        if isinstance(prompt, (bytes, bytearray, memoryview)):
             raise InvalidArgumentError(
-                f"the prompt must be a string or a sequence of int token ids, got {type(prompt).__name__}"
-            ) from None
+                f"the prompt is {type(prompt).__name__}, not text or token ids; decode it first "
+                "(prompt.decode('utf-8')) or pass a list of int token ids"
+            )
+        ids = _token_ids(prompt, "the prompt")
         if not ids:
             raise InvalidArgumentError("the prompt has no token ids; pass at least one (e.g. the BOS id)")
         bad = [t for t in ids if not 0 <= t < self.vocab_size]
@@ -263,33 +271,48 @@ class LLM:
         *,
         stream: bool = False,
         config: GenerationConfig | None = None,
+        parse_special_tokens: bool = False,
         **settings: Any,
     ) -> str | Iterator[str]:
         """Answers the conversation `messages` ([{"role": "user", "content": ...}, ...]) with the
         file's chat template. Takes the same settings as generate(). Pass the whole history each
-        turn: the cached prefix of the previous turns is reused, only the new part is prefilled."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        turn: the cached prefix of the previous turns is reused, only the new part is prefilled.
+        Special-token text inside a message's content ("<|im_start|>") reaches the model as plain
+        text; parse_special_tokens=True makes it the control token instead."""
+        cfg = self.config(config, **settings)  # bad settings fail before the template runs
+        ids = self.encode_chat(messages, parse_special_tokens=parse_special_tokens)
+        return self.generate(ids, stream=stream, config=cfg)
+
+    def encode_chat(self, messages: Sequence[Message], *, parse_special_tokens: bool = False,
+                    add_generation_prompt: bool = True) -> list[int]:
+        """The token ids chat() prefills for `messages`: the file's chat template rendered, then
+        tokenized. Message contents are tokenized as plain text (a user typing "<|im_start|>"
+        gets the characters, not the control token) unless `parse_special_tokens` is True."""
+        checked = _check_messages(messages)
+        text = self.chat_template.render(checked, add_generation_prompt=add_generation_prompt)
+        tokenizer = self.tokenizer
+        if parse_special_tokens:
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        specials = tokenizer.special_token_strings()
+        holder = next(((i, s) for i, m in enumerate(checked) for s in specials if s in m["content"]), None)
+        if holder is None:  # nothing to protect: one piece, tokenized exactly as transformers does
+            return list(tokenizer.encode(text, add_special_tokens=False))
+        segments = _content_segments(self.chat_template, checked, text, add_generation_prompt)
+        if segments is None:
+            index, special = holder
             raise InvalidArgumentError(
-                "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
-                f"got {messages!r:.80}"
+                f"message {index} ({checked[index]['role']}) content holds the special token text {special!r} and "
+                "the chat template changes message content, so it cannot be kept as plain text; remove that "
+                "text, or pass parse_special_tokens=True to let it act as the control token"
             )
-        return self.generate(self.chat_ids(messages), stream=stream, config=config, **settings)
+        ids: list[int] = []
+        for segment, is_content in segments:
+            ids += tokenizer.encode(segment, add_special_tokens=False, parse_special_tokens=not is_content)
+        return ids
 
     def chat_ids(self, messages: Sequence[Message]) -> list[int]:
-        """The prompt ids chat() generates from: the chat template applied to `messages`, each
-        message's text encoded as plain text (a special-token string in it is not a token)."""
-        from ember.llm.chat_encode import encode_chat
-
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
-            raise InvalidArgumentError(
-                "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
-                f"got {messages!r:.80}"
-            )
-        text = self.chat_template.render(list(messages), add_generation_prompt=True)
-        try:
-            return encode_chat(self.tokenizer, text, list(messages))
-        except ValueError as error:
-            raise InvalidArgumentError(str(error)) from None
+        """The prompt ids chat() prefills for `messages` (encode_chat with its defaults)."""
+        return self.encode_chat(messages)
 
     def generate_ids(self, prompt: str | Sequence[int], **settings: Any) -> list[int]:
         """Like generate() but returns the generated token ids (no detokenization, no stop strings)."""
@@ -313,7 +336,18 @@ class LLM:
     def forward(self, tokens: Sequence[int], pos: int) -> Any:
         """Raw forward: logits float32[vocab] of the last of `tokens` placed at positions pos...
         Invalidates the cached-prefix bookkeeping (the next generate starts from position 0)."""
-        return self._runner.forward(list(tokens), int(pos))
+        ids = _token_ids(tokens, "forward tokens")
+        if not ids or any(not 0 <= t < self.vocab_size for t in ids):
+            raise InvalidArgumentError(
+                f"forward tokens must be 1 or more ids in [0, {self.vocab_size}), got {list(tokens)!r:.120}"
+            )
+        position = _as_int(pos)
+        if position is None or not 0 <= position <= self.max_context_len - len(ids):
+            raise InvalidArgumentError(
+                f"pos must be an int in [0, {self.max_context_len - len(ids)}] so that {len(ids)} token(s) fit "
+                f"the context of {self.max_context_len}, got {pos!r}"
+            )
+        return self._runner.forward(ids, position)
 
     # --- internals ------------------------------------------------------------------------
     def _native_config(self, cfg: GenerationConfig) -> Any:
@@ -321,7 +355,7 @@ class LLM:
         native.max_new_tokens = cfg.max_new_tokens
         native.ignore_eos = cfg.ignore_eos
         s = native.sampling
-        s.temperature = cfg.temperature
+        s.temperature = cfg.sampler_temperature  # 0 for temperatures too small for float32 sampling
         s.top_k = cfg.top_k
         s.top_p = cfg.top_p
         s.min_p = cfg.min_p
@@ -377,6 +411,114 @@ class LLM:
     def __repr__(self) -> str:
         family = self.metadata.get("llm.family", "?")
         return f"ember.LLM({self.path!r}, family={family!r}, vocab={self.vocab_size}, context={self.max_context_len})"
+
+
+def _check_text(text: str, what: str) -> None:
+    """Text the tokenizer can take: valid Unicode (no lone surrogates such as '\\ud800')."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        raise InvalidArgumentError(
+            f"{what} contains the lone surrogate U+{ord(bad):04X} at index {error.start}, which is not valid "
+            "Unicode text; decode bytes with errors='replace' (or fix the string) before passing it"
+        ) from None
+
+
+def _as_int(value: Any) -> int | None:
+    """`value` as a Python int when it is an int or a numpy integer (not a bool, not a float)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _token_ids(values: Any, what: str) -> list[int]:
+    """`values` as a list of Python ints: ints and numpy integers only (no floats, bools or bytes)."""
+    if isinstance(values, (str, bytes, bytearray, memoryview)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(
+            f"{what} must be a string or a sequence of int token ids, got {type(values).__name__}"
+        )
+    ids = []
+    for index, value in enumerate(values):
+        if isinstance(value, bool):
+            raise InvalidArgumentError(f"{what}: item {index} is the bool {value!r}, not an int token id")
+        try:
+            ids.append(operator.index(value))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{what}: item {index} is {value!r} ({type(value).__name__}), not an int token id; "
+                "pass text as a str, or ids produced by this model's tokenizer"
+            ) from None
+    return ids
+
+
+def _check_messages(messages: Any) -> list[dict[str, Any]]:
+    """Chat messages as plain dicts; each has a str role and str content (checked here so a bad
+    message is one clear error, not a TypeError from inside the template)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
+        raise InvalidArgumentError(
+            "messages must be a non-empty list of {'role': ..., 'content': ...} dicts, "
+            f"got {messages!r:.80}"
+        )
+    checked = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InvalidArgumentError(
+                f"message {index} must be a dict like {{'role': 'user', 'content': 'Hi'}}, "
+                f"got {type(message).__name__} {message!r:.80}"
+            )
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise InvalidArgumentError(
+                f"message {index}: 'role' must be a non-empty string such as 'user', 'assistant' or 'system', "
+                f"got {role!r:.80}"
+            )
+        if not isinstance(content, str):
+            raise InvalidArgumentError(
+                f"message {index} ({role}): 'content' must be a string, got {type(content).__name__} "
+                f"{content!r:.80}; join list parts into one string (str(x) for numbers)"
+            )
+        _check_text(content, f"message {index} ({role}) content")
+        checked.append(dict(message))
+    return checked
+
+
+_CONTENT_MARK = re.compile("\ue000(\\d+)\ue001")  # private-use characters: no template prints them
+
+
+def _content_segments(template: Any, messages: list[dict[str, Any]], text: str,
+                      add_generation_prompt: bool) -> list[tuple[str, bool]] | None:
+    """The rendered chat `text` as (segment, is_message_content) pieces, so contents can be tokenized
+    without special-token parsing while the template's own text keeps its control tokens.
+
+    The template is rendered a second time with each content replaced by a marker; where the
+    markers land is where the contents are. None when putting the contents back at the markers
+    does not give `text` (the template transforms or inspects content): then the positions of
+    the contents are unknown and the caller refuses rather than guess."""
+    marked = [{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]
+    try:
+        skeleton = template.render(marked, add_generation_prompt=add_generation_prompt)
+    except ValueError:
+        return None
+    segments: list[tuple[str, bool]] = []
+    start = 0
+    for match in _CONTENT_MARK.finditer(skeleton):
+        index = int(match.group(1))
+        if index >= len(messages):
+            return None
+        if match.start() > start:
+            segments.append((skeleton[start:match.start()], False))
+        if messages[index]["content"]:
+            segments.append((messages[index]["content"], True))
+        start = match.end()
+    if start < len(skeleton):
+        segments.append((skeleton[start:], False))
+    if "".join(piece for piece, _ in segments) != text:
+        return None
+    return segments
 
 
 def _special_token_strings(tokenizer: Any) -> dict[str, str]:

@@ -1,4 +1,9 @@
-"""`ember bench`: prefill and decode speed, time to first token, load time and peak RSS of a .ember LLM."""
+"""`ember bench`: prefill and decode speed, time to first token, load time and peak RSS of a .ember LLM.
+
+The table follows llama-bench: one row per test (pp<N>: prefill of an N-token prompt, tg<N>:
+generating N tokens), tokens/s as mean +- standard deviation over the repeats, with the model,
+its size and parameter count, weight dtype or quantization recipe, kernel path and threads.
+"""
 
 from __future__ import annotations
 
@@ -56,6 +61,20 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "features": features, "isa": info["isa"], "kernels": info["kernels"]}
 
 
+def spread(test: str, values: list[float]) -> dict[str, Any]:
+    """One llama-bench row: the test label and tokens/s as mean and (sample) standard deviation."""
+    return {"test": test, "tokens_per_s_mean": statistics.fmean(values),
+            "tokens_per_s_std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": list(values)}
+
+
+def model_summary(metadata: dict[str, Any], file_size: int) -> dict[str, Any]:
+    """What llama-bench's model, size and params columns show, from the file's metadata."""
+    recipe = metadata.get("quant.recipe")
+    dtype = metadata.get("export.dtype", "?")
+    return {"family": metadata.get("llm.family", "?"), "size_bytes": file_size, "n_params": metadata.get("llm.n_params"),
+            "type": recipe if recipe not in (None, "none", "float") else dtype}
+
+
 def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, threads: int | None,
           text_path: Path | None, mmap: bool = False) -> dict[str, Any]:
     from ember.llm.api import load
@@ -74,10 +93,15 @@ def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, t
         if i >= warmup:
             runs.append(llm.stats)
     med = lambda name: statistics.median(getattr(r, name) for r in runs)  # noqa: E731
+    from ember import __version__
     from ember.runtime import get_num_threads
 
     return {
         "file": path,
+        "ember_version": __version__,
+        "model": model_summary(llm.metadata, os.path.getsize(path)),
+        "tests": [spread(f"pp{prompt_len}", [r.prefill_tokens_per_s for r in runs]),
+                  spread(f"tg{gen_len}", [r.decode_tokens_per_s for r in runs])],
         "machine": machine(),
         "threads": get_num_threads(),
         "prompt_tokens": prompt_len,
@@ -99,6 +123,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             print(f"ember bench: error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
+    if args.warmup < 0:
+        print(f"ember bench: error: --warmup must be >= 0, got {args.warmup}", file=sys.stderr)
+        return 2
+    if args.threads is not None and not 1 <= args.threads < 2**31:
+        print(f"ember bench: error: --threads must be in [1, 2**31), got {args.threads}", file=sys.stderr)
+        return 2
     text_path = Path(args.text) if args.text else _default_text_path()
     try:
         result = bench(args.file, args.prompt_len, args.gen_len, args.repeats, args.warmup, args.threads, text_path,
@@ -109,21 +139,35 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    m = result["machine"]
-    print(f"{result['file']} on {m['cpu']} ({m['logical_cpus']} logical CPUs), {result['threads']} threads")
-    print(f"  kernels: {m['isa']} (CPU features: {', '.join(m['features']) or 'none beyond baseline'})")
-    below = sorted(f"{name} {isa}" for name, isa in m["kernels"].items() if isa != m["isa"])
-    if below:
-        print(f"  below {m['isa']}: {', '.join(below)}")
-    print(f"  prompt {result['prompt_tokens']} tokens, generate {result['generated_tokens']} (greedy), "
-          f"median of {result['repeats']}")
-    print(f"  load            {result['load_ms']:10.1f} ms ({result['weights']})")
-    print(f"  prefill         {result['prefill_tokens_per_s']:10.1f} tokens/s")
-    print(f"  first token     {result['time_to_first_token_ms']:10.1f} ms")
-    print(f"  decode          {result['decode_tokens_per_s']:10.1f} tokens/s")
-    print(f"  sampling        {result['sampling_ms']:10.2f} ms total")
-    print(f"  peak RSS        {result['peak_rss_bytes'] / 2**20:10.1f} MiB")
+    print(render_table(result))
     return 0
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """llama-bench's markdown table, then the machine, kernels and the other measurements."""
+    m, model = result["machine"], result["model"]
+    params = f"{model['n_params'] / 1e6:.2f} M" if model["n_params"] else "?"
+    header = ["model", "size", "params", "type", "kernels", "threads", "test", "t/s"]
+    rows = [[model["family"], f"{model['size_bytes'] / 2**20:.2f} MiB", params, model["type"], m["isa"],
+             str(result["threads"]), t["test"], f"{t['tokens_per_s_mean']:.2f} ± {t['tokens_per_s_std']:.2f}"]
+            for t in result["tests"]]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    right = {1, 2, 5, 6, 7}  # numbers right-aligned, as llama-bench does
+    line = lambda cells: "| " + " | ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
+                                           for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    out = [line(header), "| " + " | ".join(("-" * (w - 1) + ":") if i in right else "-" * w
+                                          for i, w in enumerate(widths)) + " |"]
+    out += [line(r) for r in rows]
+    below = sorted(f"{name} {isa}" for name, isa in m["kernels"].items() if isa != m["isa"])
+    out.append("")
+    out.append(f"ember {result['ember_version']}; {result['file']}; {m['cpu']} ({m['logical_cpus']} logical CPUs, "
+               f"{', '.join(m['features']) or 'no SIMD features beyond baseline'})"
+               + (f"; below {m['isa']}: {', '.join(below)}" if below else ""))
+    out.append(f"{result['repeats']} repeats (greedy, EOS ignored, cache reset between runs): "
+               f"load {result['load_ms']:.1f} ms ({result['weights']}), first token "
+               f"{result['time_to_first_token_ms']:.1f} ms (median), sampling {result['sampling_ms']:.2f} ms, "
+               f"peak RSS {result['peak_rss_bytes'] / 2**20:.1f} MiB")
+    return "\n".join(out)
 
 
 def register(subparsers: Any) -> None:
@@ -131,14 +175,16 @@ def register(subparsers: Any) -> None:
         "bench",
         help="measure prefill/decode tokens/s, first-token latency, load time and memory",
         description="Benchmark a .ember LLM: load it, then run warm-up + REPEATS greedy generations of GEN_LEN "
-                    "tokens after a PROMPT_LEN-token prompt (real prose, cache reset between runs) and report "
-                    "medians. The prompt comes from --text, $EMBER_BENCH_TEXT, or the Pride and Prejudice text "
-                    "bundled with ember.evals.",
+                    "tokens after a PROMPT_LEN-token prompt (real prose, cache reset between runs). Prints "
+                    "llama-bench's table: pp<PROMPT_LEN> (prefill) and tg<GEN_LEN> (generation) in tokens/s, mean "
+                    "± standard deviation over the repeats. The prompt comes from --text, $EMBER_BENCH_TEXT, or "
+                    "the Pride and Prejudice text bundled with ember.evals.",
     )
     parser.add_argument("file", metavar="FILE", help="a .ember LLM file")
     parser.add_argument("--prompt-len", type=int, default=128, help="prompt tokens (default 128)")
     parser.add_argument("--gen-len", type=int, default=128, help="generated tokens, EOS ignored (default 128)")
-    parser.add_argument("--repeats", type=int, default=3, help="measured runs; medians are reported (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="measured runs; mean ± standard deviation in the table, medians in --json (default 3)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (default 1)")
     add_load_arguments(parser)
     parser.add_argument("--text", default=None, metavar="PATH", help="text file the prompt is tokenized from")

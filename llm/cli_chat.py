@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ember.llm.cli_generate import add_model_arguments, add_sampling_arguments, open_model, sampling_overrides
+from ember.llm.cli_generate import add_model_arguments, add_sampling_arguments, check_arguments, context_full_note, open_model
 
 HELP = "commands: /reset (new conversation), /stats (last answer's timings), /exit (or Ctrl-D); Ctrl-C stops an answer"
 
@@ -20,11 +20,15 @@ def _read(prompt: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        settings = check_arguments(args)  # before loading (or exporting the default model)
+    except ValueError as error:
+        print(f"ember chat: error: {error}", file=sys.stderr)
+        return 2
+    try:
         llm = open_model(args)
     except (ValueError, OSError, RuntimeError) as error:
         print(f"ember chat: error: {error}", file=sys.stderr)
         return 1
-    settings = sampling_overrides(args)
     interactive = sys.stdin.isatty()
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages: list[dict[str, str]] = list(system)
@@ -72,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()
         messages.append({"role": "assistant", "content": "".join(answer)})
+        note = context_full_note(llm)
+        if note:
+            print(f"{note} (/reset starts a new conversation)", file=sys.stderr)
         if args.stats:
             print(f"[{llm.stats.summary()}]", file=sys.stderr)
     return 0

@@ -10,13 +10,22 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     from ember.quant.cli_args import recipe_from_args
 
+    from ember.llm.source_check import SourceError, check_source_path
+
     try:
-        quant = recipe_from_args(args)  # a bad recipe fails before torch is even imported
+        quant = recipe_from_args(args)  # a bad recipe or source fails before torch is even imported
+        check_source_path(args.source)
+    except SourceError as exc:
+        print(f"ember export: error: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"ember export: {exc}", file=sys.stderr)
         return 2
+    if not args.verbose:
+        from ember.llm.quiet_imports import silence_third_party_noise
+
+        silence_third_party_noise()
     from ember.llm.exporter import export_llm
-    from ember.llm.source import SourceError
 
     try:
         export_llm(args.source, args.output, max_context_len=args.max_context_len, max_seq_len=args.max_seq_len,
@@ -48,6 +57,8 @@ def register(sub: Any) -> None:
     p.add_argument("--logits", default="last", choices=["last", "all"],
                    help="'last': logits of the last position (generation); 'all': every position (evals)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or summary")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show the warnings and progress bars of torch, torchao and transformers (hidden by default)")
     from ember.quant.cli_args import add_quant_arguments
 
     add_quant_arguments(p)

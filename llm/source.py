@@ -17,15 +17,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from .gguf_parse_once import gguf_parse_once
 from .hf_compat import tokenizer_special_flags
+from .source_check import SourceError, check_source_path
 from .tokenizer import TokenizerKind
 
 __all__ = ["LoadedSource", "load_source", "SourceError"]
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class SourceError(ValueError):
-    """The model source is missing something ember needs (the message says what)."""
 
 
 @dataclass
@@ -102,12 +99,7 @@ def load_source(source: Any, dtype: str, tokenizer: Any = None) -> LoadedSource:
         return LoadedSource(str(name), model, tokenizer, kind, data, model.generation_config)
     if tokenizer is not None:
         raise SourceError("tokenizer= is only for in-memory models; a folder or .gguf brings its own")
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise SourceError(
-            f"model source {str(source)!r} does not exist; pass a local HF checkpoint folder or a .gguf file "
-            "(hub ids need network access, which this machine does not have)"
-        )
+    path = check_source_path(source)
     if path.is_dir():
         return _load_folder(path, torch_dtype)
     if path.suffix.lower() == ".gguf":

@@ -67,12 +67,12 @@ class TokenizerConfig:
 class _Backend(Protocol):
     vocab_size: int
 
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool, parse_special_tokens: bool = True) -> list[int]: ...
+    def special_token_strings(self) -> tuple[str, ...]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str: ...
     def token_to_id(self, token: str) -> int | None: ...
     def id_to_token(self, token_id: int) -> str | None: ...
     def added_token_strings(self) -> tuple[str, ...]: ...
-    def encode_plain(self, text: str) -> list[int]: ...
 
 
 class _HFJsonBackend:
@@ -80,12 +80,16 @@ class _HFJsonBackend:
         from tokenizers import Tokenizer as HFTokenizer
 
         self._tok = HFTokenizer.from_str(data.decode("utf-8"))
-        self._plain: Any = None  # built on first encode_plain
+        # A second instance that reads special-token text as plain text (a per-instance flag in
+        # `tokenizers`; two instances rather than toggling one keep encode() thread-safe).
+        self._tok_as_text = HFTokenizer.from_str(data.decode("utf-8"))
+        self._tok_as_text.encode_special_tokens = True
         self._config = config
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+    def encode(self, text: str, add_special_tokens: bool, parse_special_tokens: bool = True) -> list[int]:
+        tok = self._tok if parse_special_tokens else self._tok_as_text
+        ids = tok.encode(text, add_special_tokens=add_special_tokens).ids
         # tokenizer.json's post-processor already adds BOS where the model wants it; only
         # an explicit add_bos_token=True without one in the post-processor needs help.
         if add_special_tokens and self._config.add_bos_token and self._config.bos_id is not None:
@@ -93,20 +97,14 @@ class _HFJsonBackend:
                 ids = [self._config.bos_id, *ids]
         return ids
 
+    def special_token_strings(self) -> tuple[str, ...]:
+        return tuple(t.content for t in self._tok.get_added_tokens_decoder().values() if t.special and t.content)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def added_token_strings(self) -> tuple[str, ...]:
         return tuple(t.content for t in self._tok.get_added_tokens_decoder().values() if t.content)
-
-    def encode_plain(self, text: str) -> list[int]:
-        if self._plain is None:
-            # A second instance: flipping encode_special_tokens on the shared one would race
-            # with other threads encoding at the same time.
-            plain = self._tok.from_str(self._tok.to_str())
-            plain.encode_special_tokens = True
-            self._plain = plain
-        return self._plain.encode(text, add_special_tokens=False).ids
 
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
@@ -128,7 +126,8 @@ class _SentencePieceBackend:
         special.discard(self._sp.unk_id())  # <unk> is text-like: HF keeps it when skipping specials
         self._special = frozenset(special)
 
-    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool, parse_special_tokens: bool = True) -> list[int]:
+        # sentencepiece never turns control-symbol text ("<s>") into the control id: text is text.
         ids = list(self._sp.EncodeAsIds(text))
         if add_special_tokens:
             add_bos = self._config.add_bos_token if self._config.add_bos_token is not None else True
@@ -139,15 +138,15 @@ class _SentencePieceBackend:
                 ids.append(self._config.eos_ids[0])
         return ids
 
+    def special_token_strings(self) -> tuple[str, ...]:
+        return ()  # see encode(): nothing to keep from being parsed
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         ids = [i for i in ids if not (skip_special_tokens and i in self._special)]
         return self._sp.DecodeIds(ids)
 
     def added_token_strings(self) -> tuple[str, ...]:
         return ()  # SentencePiece encodes control-token strings in text as plain pieces
-
-    def encode_plain(self, text: str) -> list[int]:
-        return list(self._sp.EncodeAsIds(text))
 
     def token_to_id(self, token: str) -> int | None:
         token_id = self._sp.PieceToId(token)
@@ -199,8 +198,23 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._backend.vocab_size
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._backend.encode(text, add_special_tokens)
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special_tokens: bool = True) -> list[int]:
+        """Text -> ids. `parse_special_tokens`: special-token text ("<|im_start|>") becomes its control
+        id (True, transformers' default) or is tokenized as the characters it is (False)."""
+        if not isinstance(text, str):
+            raise TypeError(f"Tokenizer.encode takes a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"the text holds the lone surrogate U+{ord(text[error.start]):04X} at index {error.start}, "
+                "which is not valid Unicode; fix the string before tokenizing it"
+            ) from None
+        return self._backend.encode(text, add_special_tokens, parse_special_tokens)
+
+    def special_token_strings(self) -> tuple[str, ...]:
+        """The text of every special token the tokenizer would turn into a control id."""
+        return self._backend.special_token_strings()
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         return self._backend.decode(list(ids), skip_special_tokens)
@@ -211,11 +225,6 @@ class Tokenizer:
     def added_token_strings(self) -> tuple[str, ...]:
         """Strings that encode() turns into added/special token ids when they occur in text."""
         return self._backend.added_token_strings()
-
-    def encode_plain(self, text: str) -> list[int]:
-        """Ids of `text` as plain text: added/special token strings in it are not matched as
-        tokens, and no BOS/EOS is added (for user-supplied message text)."""
-        return self._backend.encode_plain(text)
 
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(token_id)

@@ -21,7 +21,8 @@ def _to_numpy(x: Any, index: int) -> tuple[np.ndarray, bool]:
             return tensor.view(dtype=_torch_int16(tensor)).numpy().view(np.uint16), True
         return tensor.numpy(), False
     try:
-        # Contiguous and aligned for its dtype (a view into bytes at an odd offset is copied).
+        # Contiguous and aligned for its dtype (a view into bytes at an odd offset is copied); a
+        # 0-d input keeps rank 0 (np.ascontiguousarray would make it rank 1).
         return np.require(x, requirements=("C", "A")), False
     except Exception as exc:  # noqa: BLE001 - numpy raises many types here
         raise InvalidArgumentError(f"input {index} ({type(x).__name__}) cannot be converted to an array: {exc}") from exc
@@ -128,6 +129,8 @@ def set_num_threads(n: int) -> int:
     RuntimeWarning (``max_num_threads()``). Returns the count in effect. If the OS refuses to
     start a worker thread, raises OutOfMemoryError once; the pool keeps the threads it started.
     """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 2**31 - 1:
+        raise InvalidArgumentError(f"threads must be an int in [1, 2**31), got {n!r}; use about one per physical core")
     return int(_C.set_num_threads(int(n)))
 
 

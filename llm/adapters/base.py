@@ -10,7 +10,7 @@ Pure Python (no torch): configs are read through attribute access only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 __all__ = [
@@ -44,24 +44,18 @@ class LayerAttention:
 
 @dataclass(frozen=True)
 class ModelQuirks:
-    """Family-specific behaviour read from a config. HF's modeling code implements all of
-    it; ember records it (metadata, checks) and the C++ runtime never needs to re-derive it."""
+    """Family-specific behaviour ember itself acts on. HF's modeling code implements everything
+    else (embedding scale, QK-norm, final-logit capping, ...) and the exported graph carries it,
+    so only what ember reads is recorded: each layer's attention (checked against what HF passes
+    to the attention function at export, and the window written to ``llm.sliding_windows``) and
+    the RoPE type (``llm.rope_type``)."""
 
     layers: tuple[LayerAttention, ...]
-    embedding_scale: float = 1.0  # embeddings multiplied by this (gemma: sqrt(hidden_size))
-    qk_norm: bool = False  # RMSNorm on q and k per head before RoPE (qwen3, gemma3)
-    final_logit_softcap: float = 0.0  # logits = c * tanh(logits / c) when > 0 (gemma2/3)
     rope_type: str = "default"
-    tied_embeddings: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.layers:
             raise ValueError("ModelQuirks.layers is empty: the config declares no layers")
-        if self.embedding_scale <= 0:
-            raise ValueError(f"ModelQuirks.embedding_scale must be > 0, got {self.embedding_scale}")
-        if self.final_logit_softcap < 0:
-            raise ValueError(f"ModelQuirks.final_logit_softcap must be >= 0, got {self.final_logit_softcap}")
 
     @property
     def sliding_windows(self) -> list[int]:

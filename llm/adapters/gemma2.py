@@ -16,9 +16,5 @@ class Gemma2Adapter(FamilyAdapter):
     def quirks(self, config: Any) -> ModelQuirks:
         return ModelQuirks(
             layers=self.typed_layers(config, softcap=float(config.attn_logit_softcapping or 0.0)),
-            embedding_scale=float(config.hidden_size) ** 0.5,
-            final_logit_softcap=float(config.final_logit_softcapping or 0.0),
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
-            extra={"query_pre_attn_scalar": float(config.query_pre_attn_scalar)},
         )

@@ -15,5 +15,4 @@ class LlamaAdapter(FamilyAdapter):
         return ModelQuirks(
             layers=self.full_layers(config),
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
         )

@@ -16,5 +16,4 @@ class MistralAdapter(FamilyAdapter):
         return ModelQuirks(
             layers=tuple(LayerAttention(window) for _ in range(config.num_hidden_layers)),
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
         )

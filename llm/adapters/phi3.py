@@ -18,6 +18,4 @@ class Phi3Adapter(FamilyAdapter):
         return ModelQuirks(
             layers=tuple(LayerAttention(window) for _ in range(config.num_hidden_layers)),
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
-            extra={"fused_qkv": True, "fused_gate_up": True},
         )

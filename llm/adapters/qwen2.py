@@ -15,6 +15,4 @@ class Qwen2Adapter(FamilyAdapter):
         return ModelQuirks(
             layers=self.typed_layers(config),
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
-            extra={"attention_bias": True},
         )

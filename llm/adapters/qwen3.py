@@ -14,7 +14,5 @@ class Qwen3Adapter(FamilyAdapter):
     def quirks(self, config: Any) -> ModelQuirks:
         return ModelQuirks(
             layers=self.typed_layers(config),
-            qk_norm=True,
             rope_type=rope_type_of(config),
-            tied_embeddings=bool(config.tie_word_embeddings),
         )

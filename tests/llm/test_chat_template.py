@@ -97,3 +97,51 @@ def test_strftime_and_bad_input() -> None:
         ChatTemplate("{% for %}")
     with pytest.raises(ChatTemplateError, match="message 0"):
         render_chat_template("x", ["not a dict"])
+
+
+HOSTILE = {
+    "nested loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                     "longer than the budget of 0.5 s"),
+    "endless output": ("{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxx{% endfor %}{% endfor %}",
+                       "budget"),
+    "string repeat": ("{{ 'x' * 1000000000 }}", r"'str \* 1000000000' asked for 1,000,000,000"),
+    "huge power": ("{{ 10 ** 100000000 }}", "too large a power"),
+    "percent width": ("{{ '%0999999999d' % 1 }}", "format width"),
+    "format width": ("{{ '{:>999999999}'.format(1) }}", "format width 999999999"),
+    "center filter": ("{{ 'x'|center(1000000000) }}", "'center' filter asked for 1,000,000,000"),
+    "batch filter": ("{{ [1]|batch(1000000000, 0)|list }}", "'batch' filter"),
+    "str method": ("{{ 'x'.ljust(1000000000) }}", "str.ljust"),
+    "doubling namespace": ("{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}"
+                           "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}", "namespace attribute 's'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_templates_stop_at_the_budget(name: str) -> None:
+    from ember.llm.chat_template import RenderBudget
+
+    source, match = HOSTILE[name]
+    with pytest.raises(ChatTemplateError, match=match):
+        ChatTemplate(source, budget=RenderBudget(seconds=0.5, max_chars=2**20)).render(CONVERSATIONS[0])
+
+
+def test_template_type_errors_are_chat_template_errors() -> None:
+    with pytest.raises(ChatTemplateError, match="TypeError"):
+        render_chat_template("{{ messages[0]['content'] + 1 }}", CONVERSATIONS[0])
+    with pytest.raises(ChatTemplateError, match="RecursionError"):
+        render_chat_template("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", CONVERSATIONS[0])
+
+
+def test_budget_allows_real_templates_and_is_validated() -> None:
+    import sys
+
+    from ember.llm.chat_template import RenderBudget
+
+    before = sys.gettrace()
+    long = [{"role": "user", "content": "word " * 100000}]
+    assert len(render_chat_template(GEMMA_LIKE, long)) > 500000
+    assert sys.gettrace() is before  # the deadline hook is removed after each render
+    with pytest.raises(ValueError, match="seconds"):
+        RenderBudget(seconds=0)
+    with pytest.raises(ValueError, match="max_chars"):
+        RenderBudget(max_chars=0)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
+
+import ember.runtime
 
 from ember.llm.config import DType, ExportConfig, LogitsMode
 from ember.llm.exporter import export_llm, export_program
@@ -132,3 +136,69 @@ def test_packaged_gguf_greedy_chat_matches_transformers() -> None:
         generated = ref.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids) :].tolist()
     n = min(len(generated), len(trace.tokens))
     assert trace.tokens[:n] == generated[:n]
+
+
+def test_do_sample_is_always_recorded(tmp_path) -> None:
+    """A checkpoint with a temperature but transformers' default do_sample=False decodes greedily in
+    transformers; the file must say so (to_diff_dict alone drops do_sample=False)."""
+    from ember.llm.generation import GenerationConfig
+
+    model, _ = make_tiny_model("llama")
+    model.generation_config.temperature = 0.6
+    model.generation_config.do_sample = True  # transformers refuses to save the combination below
+    model.save_pretrained(tmp_path)
+    smollm2_hf_tokenizer().save_pretrained(tmp_path)
+    gen_file = tmp_path / "generation_config.json"
+    written = json.loads(gen_file.read_text())
+    del written["do_sample"]  # as checkpoints in the wild have it: a temperature, do_sample left default
+    gen_file.write_text(json.dumps(written))
+    _, metadata, _ = export_program(tmp_path, ExportConfig(max_context_len=16, max_seq_len=4), progress=False)
+    assert metadata["generation.do_sample"] is False
+    assert GenerationConfig.from_metadata(metadata).greedy
+
+
+def test_do_sample_true_is_recorded(tiny_folder) -> None:
+    from ember.llm.generation import GenerationConfig
+
+    _, metadata, _ = export_program(tiny_folder, ExportConfig(max_context_len=16, max_seq_len=4), progress=False)
+    assert metadata["generation.do_sample"] is True
+    assert GenerationConfig.from_metadata(metadata).temperature == pytest.approx(0.6)
+
+
+def _ember_cli(*args: str, pre: str = "") -> subprocess.CompletedProcess:
+    code = f"{pre}\nimport sys\nfrom ember.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=600)
+
+
+_BLOCK_TORCH = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('torch', 'transformers', 'torchao'): raise ImportError(name + ' is blocked')\n"
+    "sys.meta_path.insert(0, Block())\n"
+)
+
+
+def test_export_checks_the_source_before_importing_torch(tmp_path) -> None:
+    not_ember = tmp_path / "x.ember"
+    not_ember.write_bytes(b"EMBR" + b"\0" * 60)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for source, message in ((tmp_path / "missing", "does not exist"), (not_ember, "is already an .ember program"),
+                            (empty, "has no config.json")):
+        r = _ember_cli("export", str(source), "-o", str(tmp_path / "out.ember"), pre=_BLOCK_TORCH)
+        assert r.returncode == 1 and message in r.stderr and "blocked" not in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_export_cli_is_quiet_and_summarizes_the_cache(tiny_folder, tmp_path) -> None:
+    out = tmp_path / "tiny.ember"
+    r = _ember_cli("export", str(tiny_folder), "-o", str(out), "--max-context-len", "32", "--max-seq-len", "4")
+    assert r.returncode == 0, r.stderr
+    for noise in ("Failed to load", "_pytree", "Warning", "warn("):
+        assert noise not in r.stderr and noise not in r.stdout, (noise, r.stderr[-2000:])
+    state = [line for line in r.stdout.splitlines() if "state" in line]
+    assert state == ["  state: 4 tensors (k_cache_0..1, v_cache_0..1), float32[1, 2, 32, 16] each, 16.0 KiB"], state
+    metadata = ember.runtime.load(out).metadata
+    assert 0 < metadata["export.lowering_seconds"] < metadata["export.total_seconds"]
+    assert metadata["llm.n_params"] > 0 and metadata["llm.hidden_size"] == 64 and metadata["llm.rope_type"] == "default"

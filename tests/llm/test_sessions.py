@@ -8,7 +8,6 @@ import threading
 import pytest
 
 import ember
-from ember.llm.chat_encode import encode_chat
 
 from tests.runners.tiny_llm import IM_START_ID, tiny_llm_path
 
@@ -98,4 +97,3 @@ def test_message_text_is_never_parsed_as_special_tokens(llm) -> None:
     plain = [{"role": "user", "content": "It is a truth"}]
     text = llm.chat_template.render(plain, add_generation_prompt=True)
     assert llm.chat_ids(plain) == llm.tokenizer.encode(text, add_special_tokens=False)
-    assert encode_chat(llm.tokenizer, text, plain) == llm.tokenizer.encode(text, add_special_tokens=False)

@@ -172,6 +172,11 @@ def test_cli_inspect(smol) -> None:
                  "method forward:", f"inputs:  int64[1, <={MAX_SEQ_LEN}], int64[1]", "outputs: float32[1, 49152]"):
         assert line in out, line
     assert re.search(r"^\s+30\s+ember::attend_cache", out, re.MULTILINE), out[-2000:]
+    assert "model: llama, 134.5 M parameters, 30 layers, hidden 576, 9 heads (3 KV heads, head dim 64), vocab 49152\n" in out
+    assert "  rope default, theta 100000\n" in out
+    assert "--tensors lists every matrix" in out and "o_proj.weight" not in out
+    tensors = ember_cli("inspect", str(smol), "--tensors").stdout
+    assert re.search(r"^  \S+\.layers\.0\.self_attn\.o_proj\.weight\s+\[576, 576\]", tensors, re.MULTILINE), tensors[-3000:]
 
     result = ember_cli("inspect", str(smol), "--json")
     assert result.returncode == 0, result.stderr
@@ -182,7 +187,7 @@ def test_cli_inspect(smol) -> None:
 
 def test_cli_inspect_state_sizes_are_ints(smol) -> None:
     text = ember_cli("inspect", str(smol)).stdout
-    assert f"k_cache_0: [1, 3, {MAX_CONTEXT_LEN}, 64]" in text
+    assert f"state: 60 tensors (k_cache_0..29, v_cache_0..29), float32[1, 3, {MAX_CONTEXT_LEN}, 64] each, " in text
     info = json.loads(ember_cli("inspect", str(smol), "--json").stdout)
     assert info["state"][0]["sizes"] == [1, 3, MAX_CONTEXT_LEN, 64]
 

@@ -85,14 +85,35 @@ def test_a_level_the_cpu_lacks_or_an_unknown_name_is_refused(value: str, tmp_pat
     assert "portable" in proc.stdout.split("REFUSED")[1]  # names the levels that would work
 
 
+_RUN_KERNEL_TESTS_AT = """
+import json, sys
+import pytest
+import ember.runtime as r
+code = pytest.main(sys.argv[2:])
+info = r.cpu_info()  # the tables the kernels just ran with, asked in the same process
+print("EMBER_KERNELS_USED " + json.dumps({"isa": info["isa"], "kernels": info["kernels"]}))
+sys.exit(code)
+"""
+
+
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
 def test_kernels_on_forced_isa(isa: str) -> None:
+    """The math-heavy kernel tests pass with every kernel family on the forced level, and the
+    process that ran them reports each family's table at that level (not merely the variable set)."""
     if isa not in _supported():
         pytest.skip(f"this CPU cannot run {isa} kernels")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests/runtime/test_kernels.py"),
-         str(REPO / "tests/runtime/test_quantized_kernels.py"),
+        [sys.executable, "-c", _RUN_KERNEL_TESTS_AT, "-", "-q", "-p", "no:cacheprovider",
+         str(REPO / "tests/runtime/test_kernels.py"), str(REPO / "tests/runtime/test_quantized_kernels.py"),
          "-k", "linear or attend or sdpa or softmax or silu or norm or matmul or quantized"],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "EMBER_KERNEL_ISA": isa}, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
+    used = json.loads(proc.stdout.split("EMBER_KERNELS_USED ", 1)[1].splitlines()[0])
+    assert used["isa"] == isa
+    order = LEVELS.index
+    assert all(order(level) <= order(isa) for level in used["kernels"].values()), used["kernels"]
+    if isa == "portable":
+        assert set(used["kernels"].values()) == {"portable"}
+    else:  # the fp32 families all have a version at this level: they must be on it
+        assert all(used["kernels"][family] == isa for family in F32_FAMILIES), used["kernels"]
