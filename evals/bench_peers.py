@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--work-dir", type=Path, default=Path("bench-peers"), help="exported files (default ./bench-peers)")
     p.add_argument("--reuse", action="store_true", help="keep files already in --work-dir instead of re-exporting")
-    p.add_argument("--ember", default="fp32,q8,8da4w,gguf", help=f"ember recipes, from {sorted(EMBER_RECIPES)}")
+    p.add_argument("--ember", default="fp32,q8,8da4w,gguf",
+                   help=f"ember recipes, from {sorted(EMBER_RECIPES)}, or paths of .ember files to run as they are")
     p.add_argument("--llama", default="q4_0,q8_0,q4_1", help=f"llama.cpp types, from {sorted(LLAMA_TYPES)}")
     p.add_argument("--hf", action="store_true", help="also run transformers eager fp32 (slow)")
     p.add_argument("--text", type=Path, default=DEFAULT_TEXT)
@@ -191,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ember_names = [n for n in args.ember.split(",") if n]
     llama_names = [n for n in args.llama.split(",") if n]
     for n in ember_names:
-        if n not in EMBER_RECIPES:
-            p.error(f"--ember: unknown recipe {n!r}; choose from {sorted(EMBER_RECIPES)}")
+        if n not in EMBER_RECIPES and not n.endswith(".ember"):
+            p.error(f"--ember: unknown recipe {n!r}; choose from {sorted(EMBER_RECIPES)} or give a .ember file")
     for n in llama_names:
         if n not in LLAMA_TYPES:
             p.error(f"--llama: unknown type {n!r}; choose from {sorted(LLAMA_TYPES)}")
@@ -206,11 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     runners: list[tuple[Row, Any]] = []
     ids: list[int] | None = None
     for name in ember_names:
-        path = ember_file(args.work_dir, gguf, name, args.reuse)
+        path = Path(name) if name.endswith(".ember") else ember_file(args.work_dir, gguf, name, args.reuse)
         if ids is None:
             tok = ember.load(path, mmap=True).tokenizer
             ids = prompt_ids(lambda t: tok.encode(t), args.prompt_len, args.text)
-        runners.append((Row(f"ember {name}", path.stat().st_size / 2**20),
+        runners.append((Row(f"ember {path.stem if name.endswith('.ember') else name}", path.stat().st_size / 2**20),
                         EmberRunner(path, ids, args.gen_len, args.threads)))
     if ids is None:
         raise SystemExit("bench_peers: give at least one --ember recipe (its tokenizer makes the prompt)")

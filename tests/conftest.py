@@ -1,4 +1,4 @@
-"""Fixtures shared by the tests under tests/llm."""
+"""Fixtures shared by every test folder."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .gguf_fixture import SMOLLM2_MAX_CONTEXT_LEN, SMOLLM2_MAX_SEQ_LEN, smollm2_gguf_path
+from tests.llm.gguf_fixture import SMOLLM2_MAX_CONTEXT_LEN, SMOLLM2_MAX_SEQ_LEN, smollm2_gguf_path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
