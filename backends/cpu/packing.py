@@ -12,7 +12,8 @@ order); the kernels fold the shift into the zero point.
 
 Layout (little-endian):
   header, 64 bytes: magic b"ECW1", u32 version, bits, scale_type, zp_kind, zp_type, offset_kind,
-      offset_type, has_bias, group_size; i64 N, K; f32 zp_const, offset_const.
+      offset_type, flags (bit 0: bias, bit 1: row sums), group_size; i64 N, K; f32 zp_const,
+      offset_const.
   NB = ceil(N / 16) blocks, each (every part padded to a multiple of 64 bytes):
     codes:   G groups x (gs / W) chunks x 16 rows x 4 bytes (W codes per row per chunk):
                4 bits (W = 8): byte i of a row's word holds u[k + i] (low nibble) and
@@ -21,8 +22,9 @@ Layout (little-endian):
     scales:  [G][16] in scale_type
     zp:      [G][16] in zp_type      (only when zp_kind is PER_GROUP)
     offsets: [G][16] in offset_type  (only when offset_kind is PER_GROUP)
-    rowsum:  [16] fp32, sum_k w[n, k] of the dequantized row (the int8-activation path needs it)
-  bias: [N] fp32 (only when has_bias), padded to 64 bytes.
+    rowsum:  [16] fp32, sum_k w[n, k] of the dequantized row (only with flag bit 1: the
+             int8-activation kernels need it for the activation's zero point)
+  bias: [N] fp32 (only with flag bit 0), padded to 64 bytes.
 Rows past N in the last block are zero. A [1, 1] zero point or offset is a constant in the header
 (zp_kind / offset_kind CONST); a missing one is NONE.
 """
@@ -129,9 +131,15 @@ def _split_param(t: torch.Tensor | None, n: int, g: int, what: str) -> tuple[Par
     return ParamKind.PER_GROUP, _TYPES[t.dtype], 0.0, t
 
 
+FLAG_BIAS = 1
+FLAG_ROWSUM = 2
+
+
 def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, offset: torch.Tensor | None,
-         bias: torch.Tensor | None, bits: int, group_size: int) -> bytes:
-    """The blob of one canonical weight (see the module docstring)."""
+         bias: torch.Tensor | None, bits: int, group_size: int, rowsum: bool = True) -> bytes:
+    """The blob of one canonical weight (see the module docstring). `rowsum`: include the row
+    sums an int8-activation linear needs (0.25 bits per row of K weights; off for tables only
+    gathered and for fp32-activation linears)."""
     raw = qdata.contiguous().numpy()
     n, k = raw.shape[0], raw.shape[1] * (2 if bits == 4 else 1)
     reason = unsupported_reason(n, k, group_size, bits, {"scale": scale, "zero_point": zero_point, "offset": offset})
@@ -162,19 +170,21 @@ def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | No
     s64 = scale.double().numpy()
     z64 = zero_point.double().numpy() if zero_point is not None else 0.0
     m64 = offset.double().numpy() if offset is not None else 0.0
-    rowsum = np.zeros((nb * ROWS,), dtype=np.float32)
-    rowsum[:n] = (s64 * (q_sum - group_size * z64) + group_size * m64).sum(axis=1)
+    sums = np.zeros((nb * ROWS,), dtype=np.float32)
+    sums[:n] = (s64 * (q_sum - group_size * z64) + group_size * m64).sum(axis=1)
 
     parts = [code_bytes, _param_blocks(scale, nb)]
     if zp is not None:
         parts.append(_param_blocks(zp, nb))
     if off is not None:
         parts.append(_param_blocks(off, nb))
-    parts.append(rowsum.reshape(nb, ROWS).view(np.uint8))
+    if rowsum:
+        parts.append(sums.reshape(nb, ROWS).view(np.uint8))
     blocks = np.concatenate(parts, axis=1)
 
     header = HEADER.pack(MAGIC, VERSION, bits, _TYPES[scale.dtype], zp_kind, zp_type, off_kind, off_type,
-                         int(bias is not None), group_size, n, k, zp_const, off_const)
+                         (FLAG_BIAS if bias is not None else 0) | (FLAG_ROWSUM if rowsum else 0), group_size, n, k,
+                         zp_const, off_const)
     out = [header, blocks.tobytes()]
     if bias is not None:
         b = np.zeros((_pad(4 * n) // 4,), dtype=np.float32)
@@ -185,7 +195,7 @@ def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | No
 
 def unpack(blob: bytes) -> PackedWeight:
     """The canonical tensors of a blob (the inverse of `pack`; for tests and tools)."""
-    (magic, version, bits, st, zk, zt, ok, ot, has_bias, gs, n, k, zc, oc) = HEADER.unpack_from(blob, 0)
+    (magic, version, bits, st, zk, zt, ok, ot, flags, gs, n, k, zc, oc) = HEADER.unpack_from(blob, 0)
     if magic != MAGIC or version != VERSION:
         raise ValueError(f"not an ECW1 blob (magic {magic!r}, version {version})")
     g, nb, w = k // gs, -(-n // ROWS), codes_per_word(bits)
@@ -195,7 +205,8 @@ def unpack(blob: bytes) -> PackedWeight:
         sizes.append(_pad(g * ROWS * _SIZES[ParamType(zt)]))
     if ok == ParamKind.PER_GROUP:
         sizes.append(_pad(g * ROWS * _SIZES[ParamType(ot)]))
-    sizes.append(ALIGN)
+    if flags & FLAG_ROWSUM:
+        sizes.append(ALIGN)
     stride = sum(sizes)
     body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
     pos = np.cumsum([0] + sizes)
@@ -231,6 +242,6 @@ def unpack(blob: bytes) -> PackedWeight:
     elif ok == ParamKind.CONST:
         offset = torch.tensor([[oc]])
     bias = None
-    if has_bias:
+    if flags & FLAG_BIAS:
         bias = torch.from_numpy(np.frombuffer(blob, dtype=np.float32, count=n, offset=HEADER.size + nb * stride).copy())
     return PackedWeight(qdata, scale, zero_point, offset, bias, bits, gs)

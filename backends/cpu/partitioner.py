@@ -40,6 +40,12 @@ def _weight_args(node: Node) -> tuple[list[object], int, int]:
     return [qdata, scale, zp, offset], bits, gs
 
 
+def _int8_linear_reads(qdata: Node) -> bool:
+    """Whether an int8-activation linear reads this weight (it needs the packed row sums). Asked of
+    the weight's users in the graph, so a tied table's two calls pack the same bytes."""
+    return any(u.target is _linear() and u.args[1] is qdata and int(u.args[8]) == 1 for u in qdata.users)
+
+
 class CpuBackend(BackendDetails):
     id = BACKEND_ID
 
@@ -56,7 +62,7 @@ class CpuBackend(BackendDetails):
         args, bits, gs = _weight_args(node)
         t = [None if a is None else subgraph.constants[a] for a in args]
         bias = t[4] if len(t) > 4 else None
-        return packing.pack(t[0], t[1], t[2], t[3], bias, bits, gs)
+        return packing.pack(t[0], t[1], t[2], t[3], bias, bits, gs, rowsum=_int8_linear_reads(args[0]))
 
     @classmethod
     def subgraph_compile_specs(cls, subgraph: Subgraph) -> list[CompileSpec]:

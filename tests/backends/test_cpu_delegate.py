@@ -71,7 +71,7 @@ def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str)
 def test_pack_round_trips_the_canonical_weight(bits, zp_kind, scale_dtype, n):
     w = make_weight(torch.Generator().manual_seed(n), n, 96, bits, 32, zp_kind, scale_dtype)
     bias = torch.randn(n)
-    blob = packing.pack(w["qdata"], w["scale"], w["zero_point"], w["offset"], bias, bits, 32)
+    blob = packing.pack(w["qdata"], w["scale"], w["zero_point"], w["offset"], bias, bits, 32, rowsum=n % 2 == 1)
     assert len(blob) % 64 == 0
     p = packing.unpack(blob)
     assert torch.equal(p.qdata, w["qdata"]) and torch.equal(p.scale, w["scale"]) and torch.equal(p.bias, bias)
@@ -255,7 +255,7 @@ def _blob_region(data: bytes) -> tuple[int, int]:
 def _header_edits(data: bytes, region: tuple[int, int], rng: random.Random) -> list[bytes]:
     """Every header field of the blob set to boundary and random values."""
     start = region[0]
-    fields = [(4 + 4 * i, "I") for i in range(9)] + [(40, "q"), (48, "q")]
+    fields = [(4 + 4 * i, "I") for i in range(9)] + [(40, "q"), (48, "q")]  # flags (36) included
     out = []
     for off, kind in fields:
         for val in (0, 1, 2, 3, 7, 255, 2**31 - 1, 2**32 - 1, rng.randrange(2**16)):

@@ -103,6 +103,14 @@ def test_greedy_is_argmax_and_ignores_the_seed() -> None:
         assert _runner.sample(x, config(temperature=0.0, seed=seed)) == int(np.argmax(x))
 
 
+def test_denormal_temperatures_are_greedy() -> None:
+    """1 / T overflows to inf below the smallest normal float: such temperatures sample greedily
+    instead of always returning the last vocabulary id."""
+    x = logits(11)
+    for t in (1e-45, 3e-39, 1e-38):
+        assert _runner.sample(x, config(temperature=t, seed=3)) == int(np.argmax(x))
+
+
 def test_repetition_penalty_moves_greedy_off_a_repeated_token() -> None:
     x = np.zeros(VOCAB, dtype=np.float32)
     x[10], x[20] = 3.0, 2.0

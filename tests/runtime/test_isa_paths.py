@@ -115,5 +115,6 @@ def test_kernels_on_forced_isa(isa: str) -> None:
     assert all(order(level) <= order(isa) for level in used["kernels"].values()), used["kernels"]
     if isa == "portable":
         assert set(used["kernels"].values()) == {"portable"}
-    else:  # the fp32 families all have a version at this level: they must be on it
-        assert all(used["kernels"][family] == isa for family in F32_FAMILIES), used["kernels"]
+    else:  # the fp32 families with a version at this level must be on it (fp16 -> fp32 tops out at AVX2 + F16C)
+        assert all(used["kernels"][family] == isa for family in F32_FAMILIES
+                   if family != "f32.half_to_float" or isa == "avx2"), used["kernels"]

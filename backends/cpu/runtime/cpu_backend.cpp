@@ -162,7 +162,7 @@ Error run_linear(const Handle& h, KernelArgs args) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const Coeffs co = block_coefficients(h, blk, s, c);
       const uint8_t* codes = w.block(blk);
-      const float* rowsum = reinterpret_cast<const float*>(codes + w.rowsum_offset);
+      const float* rowsum = w.has_rowsum ? reinterpret_cast<const float*>(codes + w.rowsum_offset) : nullptr;
       const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
         const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
@@ -226,6 +226,9 @@ class CpuBackend final : public Backend {
     h->coeffs_in_place = coeffs_in_place(h->w);
     if (h->op == Op::kEmbedding && h->act_quant) {
       return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
+    }
+    if (h->act_quant && !h->w.has_rowsum) {
+      return CPU_ERROR(kInvalidProgram, "an int8-activation linear needs the weight's row sums, which this blob lacks");
     }
     return static_cast<void*>(h.release());
   }

@@ -15,12 +15,13 @@ constexpr size_t kAlign = 64;
 constexpr int64_t kMaxRows = int64_t{1} << 31;  // rows of one weight (vocabulary sizes included)
 constexpr int64_t kMaxK = int64_t{1} << 24;     // row length
 constexpr int64_t kMaxGroup = 65536;            // one group's int32 sum cannot overflow
+constexpr uint32_t kFlagBias = 1, kFlagRowsum = 2;
 
 #define BAD_BLOB(...) Error::make(ErrorCode::kInvalidProgram, "ember.cpu weight blob: " __VA_ARGS__)
 
 struct Header {
   char magic[4];
-  uint32_t version, bits, scale_type, zp_kind, zp_type, offset_kind, offset_type, has_bias, group_size;
+  uint32_t version, bits, scale_type, zp_kind, zp_type, offset_kind, offset_type, flags, group_size;
   int64_t N, K;
   float zp_const, offset_const;
 };
@@ -106,20 +107,24 @@ Result<PackedWeight> parse_packed_weight(const uint8_t* blob, size_t size) {
                         &w.scale));
   EMBER_TRY(place_param(h.zp_kind, h.zp_type, h.zp_const, true, w.G, "zero point", &cursor, &w.zero_point));
   EMBER_TRY(place_param(h.offset_kind, h.offset_type, h.offset_const, false, w.G, "offset", &cursor, &w.offset));
-  w.rowsum_offset = cursor;
-  cursor += kAlign;
+  if (h.flags & ~(kFlagBias | kFlagRowsum)) return BAD_BLOB("flags 0x%x has unknown bits", h.flags);
+  if (h.flags & kFlagRowsum) {
+    w.rowsum_offset = cursor;
+    cursor += kAlign;
+  }
   w.block_bytes = cursor;
   // NB <= 2^27 and block_bytes < 2^33: the product fits in 64 bits.
   const uint64_t body = static_cast<uint64_t>(w.NB) * w.block_bytes;
-  const uint64_t bias = h.has_bias ? pad(static_cast<size_t>(h.N) * 4) : 0;
-  if (h.has_bias > 1) return BAD_BLOB("has_bias is %u, expected 0 or 1", h.has_bias);
+  const bool has_bias = (h.flags & kFlagBias) != 0;
+  const uint64_t bias = has_bias ? pad(static_cast<size_t>(h.N) * 4) : 0;
   const uint64_t expected = kHeaderBytes + body + bias;
   if (expected != size) {
     return BAD_BLOB("%zu bytes, but a [%" PRId64 ", %" PRId64 "] %d-bit weight in groups of %" PRId64 " takes %" PRIu64,
                     size, h.N, h.K, w.bits, gs, expected);
   }
   w.blocks = blob + kHeaderBytes;
-  w.bias = h.has_bias ? reinterpret_cast<const float*>(blob + kHeaderBytes + body) : nullptr;
+  w.has_rowsum = (h.flags & kFlagRowsum) != 0;
+  w.bias = has_bias ? reinterpret_cast<const float*>(blob + kHeaderBytes + body) : nullptr;
   return w;
 }
 

@@ -35,7 +35,8 @@ struct PackedWeight {
   int64_t words_per_group = 0;   // 32-bit words per row per group: gs / 8 (4 bits) or gs / 4 (8 bits)
   size_t block_bytes = 0;        // stride between blocks
   GroupParam scale, zero_point, offset;
-  size_t rowsum_offset = 0;      // [16] fp32 in every block
+  bool has_rowsum = false;       // row sums packed (int8-activation linears need them)
+  size_t rowsum_offset = 0;      // [16] fp32 in every block, when has_rowsum
   const uint8_t* blocks = nullptr;  // NB * block_bytes
   const float* bias = nullptr;      // [N] or nullptr
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -36,7 +37,8 @@ struct SamplerConfig {
   int32_t penalty_window = 64;       // >= 0 recent tokens the penalties look at; 0 = the whole context
   uint64_t seed = 0;
 
-  bool greedy() const { return temperature == 0.0f; }
+  // 0, and temperatures below the smallest normal float (1 / T would overflow to inf), are greedy.
+  bool greedy() const { return temperature < std::numeric_limits<float>::min(); }
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
