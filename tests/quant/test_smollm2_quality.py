@@ -95,6 +95,10 @@ def test_recipe_quality_and_size(fp32, name: str, tmp_path: Path) -> None:
           f"torchao eager {result.reference_perplexity:.4f} (file/eager {result.ppl_ratio:.4f}), "
           f"top-1 vs eager {result.top1:.3f}")
     assert result.windows == TOKENS // WINDOW
+    llm = ember.load(path)
+    assert llm.metadata["export.backend"] == "cpu"  # quantized exports run on the CPU delegate by default
+    answer = llm.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=16, temperature=0)
+    assert "Paris" in answer, answer
     tolerance = EAGER_TOLERANCE.get(name, 0.005)
     assert abs(result.ppl_ratio - 1.0) <= tolerance, f"the file must be within {tolerance:.1%} of torchao eager"
     if max_ratio is not None:
