@@ -28,7 +28,7 @@ from ember.export.program import Program
 from ember.export.quant_ops import dequantize_weight
 from ember.export.weights_report import weight_rows
 from tests.helpers import export
-from tests.runtime.corrupt import bit_flips, byte_edits, truncations
+from tests.runtime.corrupt import bit_flips, byte_edits
 from tests.runtime.test_quantized_kernels import QEmbedding, QLinears, magnitude, make_weight, rel_error
 
 REPO = Path(__file__).resolve().parents[2]
