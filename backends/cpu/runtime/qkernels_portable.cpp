@@ -30,13 +30,15 @@ inline void coeffs_at(const Coeffs& co, int64_t i, float* s, float* c) {
   *c = m - sv * co.ze;
 }
 
-template <int BITS, int MB>
-void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
-               int64_t lda, const float* asum, float* out) {
+// Both kinds of qkernels.h: T is the activation type (int8 codes or fp32) and S the type P is
+// summed in (exact int32 or fp32).
+template <int BITS, int MB, typename T, typename S>
+void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const T* act, int64_t lda,
+           const float* asum, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
   for (int64_t g = 0; g < G; ++g) {
-    int32_t d[MB][16] = {};
+    S p[MB][16] = {};
     for (int64_t j = 0; j < wpg; ++j) {
       const uint8_t* words = codes + static_cast<size_t>((g * wpg + j) * 64);
       const int64_t k = (g * wpg + j) * W;
@@ -44,43 +46,9 @@ void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, c
         int u[8];
         word_codes<BITS>(words + 4 * r, u);
         for (int m = 0; m < MB; ++m) {
-          const int8_t* qm = q + m * lda + k;
-          int32_t t = 0;
-          for (int i = 0; i < W; ++i) t += u[i] * qm[i];
-          d[m][r] += t;
-        }
-      }
-    }
-    for (int m = 0; m < MB; ++m) {
-      const float a = asum[m * G + g];
-      for (int r = 0; r < 16; ++r) {
-        float s, c;
-        coeffs_at(co, g * 16 + r, &s, &c);
-        acc[m][r] += s * static_cast<float>(d[m][r]) + c * a;
-      }
-    }
-  }
-  for (int m = 0; m < MB; ++m)
-    for (int r = 0; r < 16; ++r) out[m * 16 + r] = acc[m][r];
-}
-
-template <int BITS, int MB>
-void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
-                 int64_t lda, const float* asum, float* out) {
-  constexpr int W = BITS == 4 ? 8 : 4;
-  float acc[MB][16] = {};
-  for (int64_t g = 0; g < G; ++g) {
-    float p[MB][16] = {};
-    for (int64_t j = 0; j < wpg; ++j) {
-      const uint8_t* words = codes + static_cast<size_t>((g * wpg + j) * 64);
-      const int64_t k = (g * wpg + j) * W;
-      for (int r = 0; r < 16; ++r) {
-        int u[8];
-        word_codes<BITS>(words + 4 * r, u);
-        for (int m = 0; m < MB; ++m) {
-          const float* xm = x + m * lda + k;
-          float t = 0.0f;
-          for (int i = 0; i < W; ++i) t += static_cast<float>(u[i]) * xm[i];
+          const T* am = act + m * lda + k;
+          S t = 0;
+          for (int i = 0; i < W; ++i) t += static_cast<S>(u[i]) * static_cast<S>(am[i]);
           p[m][r] += t;
         }
       }
@@ -90,12 +58,24 @@ void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
       for (int r = 0; r < 16; ++r) {
         float s, c;
         coeffs_at(co, g * 16 + r, &s, &c);
-        acc[m][r] += s * p[m][r] + c * a;
+        acc[m][r] += s * static_cast<float>(p[m][r]) + c * a;
       }
     }
   }
   for (int m = 0; m < MB; ++m)
     for (int r = 0; r < 16; ++r) out[m * 16 + r] = acc[m][r];
+}
+
+template <int BITS, int MB>
+void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q, int64_t lda,
+               const float* asum, float* out) {
+  block<BITS, MB, int8_t, int32_t>(codes, G, wpg, co, q, lda, asum, out);
+}
+
+template <int BITS, int MB>
+void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x, int64_t lda,
+                 const float* asum, float* out) {
+  block<BITS, MB, float, float>(codes, G, wpg, co, x, lda, asum, out);
 }
 
 }  // namespace
