@@ -28,7 +28,7 @@ from enum import IntEnum
 import torch
 
 __all__ = ["ActQuant", "quantized_linear", "quantized_embedding", "dequantize_weight", "pack_int4",
-           "unpack_int4", "quantize_activation_per_token", "weight_bytes", "bits_of_range", "canonical_from_codes"]
+           "unpack_int4", "quantize_activation_per_token", "quantize_activation_per_group", "weight_bytes", "bits_of_range", "canonical_from_codes"]
 
 SUPPORTED_BITS = (4, 8)
 
@@ -38,6 +38,9 @@ class ActQuant(IntEnum):
 
     NONE = 0  # weight-only: the float input multiplies the dequantized weight
     INT8_ASYM_PER_TOKEN = 1  # torchao's dynamic int8 per-token asymmetric quant-dequant first
+    # int8 symmetric per group of the weight's group size along K (llama.cpp's Q8_0 activations):
+    # what a weight-only file runs with when exported with --qactivations int8
+    INT8_SYM_PER_GROUP = 2
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
@@ -150,6 +153,25 @@ def quantize_activation_per_token(x: torch.Tensor) -> torch.Tensor:
     return ((q - zp) * scale).to(x.dtype)
 
 
+def quantize_activation_per_group(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dynamic int8 symmetric quantize-dequantize of ``x`` [..., K] per group of ``group_size``
+    consecutive values (K % group_size == 0), as llama.cpp quantizes activations to Q8_0.
+
+    Per group, in fp32: d = max|x| / 127; q = clamp(round(x / d), -127, 127) (round half to even;
+    q = 0 when d == 0); result q * d, cast to x's dtype. A NaN or infinity in a group makes the
+    group's result NaN (so every output of the row is NaN).
+    """
+    k = x.shape[-1]
+    if group_size <= 0 or k % group_size:
+        raise ValueError(f"group_size {group_size} does not divide the row length {k}")
+    xs = x.float().reshape(*x.shape[:-1], k // group_size, group_size)
+    d = xs.abs().amax(dim=-1, keepdim=True) / 127.0
+    nonzero = d > 0
+    q = torch.where(nonzero, torch.round(xs / torch.where(nonzero, d, 1.0)), 0.0).clamp(-127, 127)
+    q = torch.where(torch.isfinite(d), q, float("nan"))  # a NaN / inf in the group: NaN out
+    return (q * d).reshape(x.shape).to(x.dtype)
+
+
 @torch.library.custom_op("ember::quantized_linear", mutates_args=())
 def quantized_linear(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None,
                      offset: torch.Tensor | None, bias: torch.Tensor | None, bits: int, group_size: int,
@@ -158,11 +180,13 @@ def quantized_linear(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor, 
 
     x: [..., K] float; the weight [N, K] in the format of the module docstring; bias: None or
     [N]; act_quant: an ``ActQuant`` value. Returns [..., N] in x's dtype. The math is in fp32
-    (a kernel may sum integer products exactly when act_quant is INT8_ASYM_PER_TOKEN; the result
+    (a kernel may sum integer products exactly when activations are quantized; the result
     differs from this reference by float rounding only).
     """
     if act_quant == ActQuant.INT8_ASYM_PER_TOKEN:
         x = quantize_activation_per_token(x)
+    elif act_quant == ActQuant.INT8_SYM_PER_GROUP:
+        x = quantize_activation_per_group(x, group_size)
     elif act_quant != ActQuant.NONE:
         raise ValueError(f"act_quant must be one of {[int(a) for a in ActQuant]}, got {act_quant}")
     w = dequantize_weight(qdata, scale, zero_point, offset, bits, group_size)

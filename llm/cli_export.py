@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         export_llm(args.source, args.output, max_context_len=args.max_context_len, max_seq_len=args.max_seq_len,
-                   dtype=args.dtype, quant=quant, backend=args.backend, logits=args.logits, progress=not args.quiet)
+                   dtype=args.dtype, quant=quant, backend=args.backend, logits=args.logits, progress=not args.quiet,
+                   qactivations=args.qactivations)
     except (SourceError, ValueError, FileNotFoundError) as exc:
         print(f"ember export: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from .presets import GGUF, get_preset, preset_names
-from .recipe import GROUP_SIZES, PER_CHANNEL, Algorithm, Mapping, Override, QuantRecipe, ScaleDType, Scheme, WeightQuant
+from .recipe import GROUP_SIZES, PER_CHANNEL, Algorithm, LinearActivations, Mapping, Override, QuantRecipe, ScaleDType, Scheme, WeightQuant
 
 __all__ = ["add_quant_arguments", "recipe_from_args", "parse_override"]
 
@@ -49,6 +49,12 @@ def add_quant_arguments(parser: argparse.ArgumentParser) -> None:
                    help="scheme of the output layer (default: a tied lm_head reads the quantized embedding table, "
                         "otherwise it follows --qlinear)")
     g.add_argument("--qoutput-group-size", type=int, metavar="N", help="weights per scale for the output layer")
+    g.add_argument("--qactivations", choices=[a.value for a in LinearActivations], default="float",
+                   help="what the weight-only quantized linears (4w/8w, the q4/q8 presets, a tied lm_head, every "
+                        "--quant gguf block) multiply: 'float' activations, exact (default), or 'int8': quantized "
+                        "per group of the weight's group size, as llama.cpp does for its Q4_0/Q4_1/K-quant dot "
+                        "products (about 1.5x faster decode on the CPU delegate, a small quality cost: check it "
+                        "with ember eval)")
     g.add_argument("--qoverride", action="append", default=[], metavar="PATTERN=SCHEME[:GROUP]",
                    help="modules matching PATTERN (fnmatch on module names, e.g. '*.mlp.down_proj') use SCHEME "
                         "(e.g. 8w, 4w:64) or 'float'; repeatable, the last match wins")
@@ -73,6 +79,14 @@ def parse_override(text: str, linear: WeightQuant | None) -> Override:
 
 def recipe_from_args(args: Any) -> QuantRecipe | str | None:
     """None (no quantization), 'gguf', or the recipe the flags describe."""
+    recipe = _recipe_from_args(args)
+    if recipe is None and getattr(args, "qactivations", "float") != LinearActivations.FLOAT.value:
+        raise ValueError(f"--qactivations {args.qactivations} applies to quantized linears; add a quantization "
+                         "(e.g. --quant gguf or --quant q4)")
+    return recipe
+
+
+def _recipe_from_args(args: Any) -> QuantRecipe | str | None:
     custom = any(getattr(args, k) is not None for k in (
         "qlinear", "qlinear_group_size", "qlinear_mapping", "qlinear_algorithm", "qscale_dtype", "qembedding",
         "qembedding_group_size", "qoutput", "qoutput_group_size")) or bool(args.qoverride)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-__all__ = ["Scheme", "Mapping", "Algorithm", "ScaleDType", "WeightQuant", "Override", "QuantRecipe",
+__all__ = ["Scheme", "LinearActivations", "Mapping", "Algorithm", "ScaleDType", "WeightQuant", "Override", "QuantRecipe",
            "GROUP_SIZES", "PER_CHANNEL", "fitting_group_sizes"]
 
 PER_CHANNEL = 0  # group_size value meaning one group per row
@@ -43,6 +43,20 @@ class Scheme(str, Enum):
     @property
     def dynamic_activations(self) -> bool:
         return self in (Scheme.DA8W4, Scheme.DA8W8)
+
+
+class LinearActivations(str, Enum):
+    """What weight-only quantized linears compute with (``--qactivations``; ember.quant.activations)."""
+
+    FLOAT = "float"  # exact float activations (the default)
+    INT8 = "int8"  # dynamic int8 symmetric per group of the weight's group size (llama.cpp's Q8_0 activations)
+
+    @classmethod
+    def parse(cls, value: "LinearActivations | str") -> "LinearActivations":
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"activations {value!r} is not supported; use one of {[a.value for a in cls]}") from None
 
 
 class Mapping(str, Enum):

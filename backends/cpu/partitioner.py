@@ -84,7 +84,7 @@ class CpuPartitioner(Partitioner):
 
     def supports(self, node: Node, constants: dict[Node, torch.Tensor]) -> bool:
         if node.target is _linear():
-            if not (_is_f32(node.args[0]) and _is_f32(node)) or int(node.args[8]) not in (0, 1):
+            if not (_is_f32(node.args[0]) and _is_f32(node)) or int(node.args[8]) not in (0, 1, 2):
                 return False
         elif node.target is _embedding():
             if node.args[7] != torch.float32:

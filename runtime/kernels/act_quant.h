@@ -1,13 +1,15 @@
-// torchao's dynamic int8 asymmetric per-token activation quantization, step for step
-// (export/quant_ops.py: quantize_activation_per_token holds the reference semantics). Shared by
-// the portable ember::quantized_linear kernel and the CPU delegate (backends/cpu), so both
-// quantize activations with exactly the same codes.
+// Dynamic int8 activation quantization, step for step as the reference does it
+// (export/quant_ops.py): torchao's asymmetric per-token scheme (quantize_activation_per_token)
+// and llama.cpp's symmetric per-group one (quantize_activation_per_group). Shared by the
+// portable ember::quantized_linear kernel and the CPU delegate (backends/cpu), so both quantize
+// activations with exactly the same codes.
 #pragma once
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "ember/runtime/dtype.h"
 
@@ -71,6 +73,29 @@ inline float act_code(float v, const ActParams& p) {
   t = !(t >= -1024.0f) ? -1024.0f : (t > 1024.0f ? 1024.0f : t);
   const float q = R::r(round_half_even(t) + p.zp);
   return std::min(std::max(q, -128.0f), 127.0f);
+}
+
+// One group of gs activations, symmetric: d = max|x| / 127, q = clamp(round(x / d), -127, 127)
+// (q = 0 when d == 0), each step in fp32 as the reference computes it. Writes the codes and
+// returns d, or NaN when the group holds a NaN or an infinity (the reference's result is then NaN).
+inline float group_codes(const float* x, int64_t gs, int8_t* q) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t k = 0; k < gs; ++k) {
+    const float a = std::fabs(x[k]);
+    finite &= a <= FLT_MAX;  // false for NaN and inf
+    amax = std::max(amax, a);
+  }
+  if (!finite) {
+    for (int64_t k = 0; k < gs; ++k) q[k] = 0;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float d = amax / 127.0f;
+  for (int64_t k = 0; k < gs; ++k) {
+    const float t = d > 0.0f ? round_half_even(x[k] / d) : 0.0f;
+    q[k] = static_cast<int8_t>(std::min(std::max(t, -127.0f), 127.0f));
+  }
+  return d;
 }
 
 }  // namespace ember

@@ -19,6 +19,10 @@
 // input's dtype, which no integer identity reproduces: those rows are quant-dequantized exactly as
 // the reference does it and take the weight-only kernels.
 //
+// act_quant = 2 (int8 symmetric per group, llama.cpp's Q8_0 activations): each group is
+// quantize-dequantized exactly as the reference does it (q * d, in x's dtype) and the result takes
+// the weight-only kernels; the CPU delegate runs the integer form of the same math.
+//
 // Row kernels come from a table per ISA (portable C++; AVX2, which AVX-512 CPUs use as well),
 // chosen once for ember::kernel_isa() (EMBER_KERNEL_ISA=portable forces the portable one). Threads
 // split the output rows in blocks of 16; up to kMaxRowsPerPass activation rows share one pass over a
@@ -590,6 +594,17 @@ void act_codes_f32(const float* x, int64_t K, const ActParams& p, int16_t* a) {
   for (int64_t k = 0; k < K; ++k) a[k] = static_cast<int16_t>(static_cast<int32_t>(act_code<RoundF32>(x[k], p)) - zp);
 }
 
+// The per-group symmetric quant-dequant (act_quant = 2) of one row in place: q * d rounded to x's
+// dtype, NaN for a group holding a NaN or an infinity.
+template <typename R>
+void group_quant_dequant(float* x, int64_t K, int64_t gs) {
+  std::vector<int8_t> q(static_cast<size_t>(gs));
+  for (int64_t k0 = 0; k0 < K; k0 += gs) {
+    const float d = group_codes(x + k0, gs, q.data());
+    for (int64_t k = 0; k < gs; ++k) x[k0 + k] = R::r(static_cast<float>(q[static_cast<size_t>(k)]) * d);
+  }
+}
+
 // Float path (fp16/bf16 rows): the reference's quant-dequant, (q - zp) * scale in x's dtype.
 template <typename R>
 void act_quant_dequant(const float* x, int64_t K, float* y) {
@@ -770,17 +785,18 @@ void lay_out_row(const T* src, int64_t K, int64_t gs, bool paired, T* dst) {
   for (int64_t k0 = 0; k0 < K; k0 += gs) pair_group(src + k0, gs, dst + k0);
 }
 
-void prepare_activations(const Tensor& x, int64_t M, const QuantWeight& w, bool act_quant, bool paired,
+void prepare_activations(const Tensor& x, int64_t M, const QuantWeight& w, int64_t act_quant, bool paired,
                          Activations* act) {
   const int64_t K = w.K, G = w.G, gs = w.gs;
   const bool f32 = x.dtype == DType::kFloat32;
-  act->int_path = act_quant && f32;
+  const bool per_group = act_quant == 2;
+  act->int_path = act_quant == 1 && f32;
   act->mult.assign(static_cast<size_t>(M), 1.0f);
   if (act->int_path) {
     act->ibuf.resize(static_cast<size_t>(M * K));
     act->sums.resize(static_cast<size_t>(M * G));
     act->xi = act->ibuf.data();
-  } else if (f32 && !paired) {
+  } else if (f32 && !paired && !per_group) {
     act->xf = x.ptr<float>();  // used in place
     return;
   } else {
@@ -813,7 +829,16 @@ void prepare_activations(const Tensor& x, int64_t M, const QuantWeight& w, bool 
       }
       const float* xr;
       float* dst = act->fbuf.data() + m * K;
-      if (f32) {
+      if (f32 && per_group) {
+        float* conv = dst;
+        if (paired) {
+          tmp.resize(static_cast<size_t>(K));
+          conv = tmp.data();
+        }
+        std::memcpy(conv, x.ptr<float>() + m * K, sizeof(float) * static_cast<size_t>(K));
+        group_quant_dequant<RoundF32>(conv, K, gs);
+        xr = conv;
+      } else if (f32) {
         xr = x.ptr<float>() + m * K;  // paired (else x is used in place)
       } else {
         float* conv = dst;
@@ -823,9 +848,12 @@ void prepare_activations(const Tensor& x, int64_t M, const QuantWeight& w, bool 
         }
         convert_elements(x.dtype, static_cast<const uint8_t*>(x.data) + static_cast<size_t>(m * K) * x.element_size(),
                          DType::kFloat32, conv, K);
-        if (act_quant) {
+        if (act_quant == 1) {
           if (x.dtype == DType::kBFloat16) act_quant_dequant<RoundBF16>(conv, K, conv);
           else act_quant_dequant<RoundF16>(conv, K, conv);
+        } else if (per_group) {
+          if (x.dtype == DType::kBFloat16) group_quant_dequant<RoundBF16>(conv, K, gs);
+          else group_quant_dequant<RoundF16>(conv, K, gs);
         }
         xr = conv;
       }
@@ -848,8 +876,9 @@ Error quantized_linear_k(KernelContext&, KernelArgs a) {
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   EMBER_TRY(check_floating(*x, "quantized_linear x"));
   EMBER_CHECK_ARG(x->dim >= 1, "%s: x must have rank >= 1, got rank %d", kOp, static_cast<int>(x->dim));
-  EMBER_CHECK_ARG(act_quant == 0 || act_quant == 1,
-                  "%s: act_quant must be 0 (weight-only) or 1 (int8 asymmetric per token), got %" PRId64, kOp, act_quant);
+  EMBER_CHECK_ARG(act_quant >= 0 && act_quant <= 2,
+                  "%s: act_quant must be 0 (weight-only), 1 (int8 asymmetric per token) or 2 (int8 symmetric per "
+                  "group), got %" PRId64, kOp, act_quant);
   QuantWeight w;
   EMBER_TRY(check_weight(a, 1, bits, gs, x->sizes[x->dim - 1], kOp, &w));
   char b1[96];
@@ -870,7 +899,7 @@ Error quantized_linear_k(KernelContext&, KernelArgs a) {
   const RowKernels& rk = row_kernels();
   const bool paired = rk.paired4 && w.bits == 4;
   Activations act;
-  prepare_activations(*x, M, w, act_quant == 1, paired, &act);
+  prepare_activations(*x, M, w, act_quant, paired, &act);
   F32View bv;
   if (bias) EMBER_TRY(as_f32(*bias, &bv, "quantized_linear bias"));
   const float* bp = bias ? bv.p : nullptr;

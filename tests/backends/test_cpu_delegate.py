@@ -41,7 +41,7 @@ def _variants(K: int, seed: int, group_sizes: tuple[int, ...]) -> list[dict]:
     """bits x act_quant x zero-point kind, cycling group size, scale dtype, row count and bias."""
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for i, (bits, act, zp_kind) in enumerate(itertools.product((4, 8), (0, 1), ZP_KINDS)):
+    for i, (bits, act, zp_kind) in enumerate(itertools.product((4, 8), (0, 1, 2), ZP_KINDS)):
         gs = group_sizes[i % len(group_sizes)]
         n = (1, 15, 16, 37, 100)[(i + seed) % 5]  # partial and whole blocks of 16 rows
         v = make_weight(gen, n, K, bits, gs, zp_kind, SCALE_DTYPES[(i + seed) % 3])

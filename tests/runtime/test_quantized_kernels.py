@@ -17,7 +17,8 @@ import torch
 
 import ember.runtime
 # Importing quant_ops registers torch.ops.ember.quantized_linear / quantized_embedding.
-from ember.export.quant_ops import dequantize_weight, pack_int4, quantize_activation_per_token
+from ember.export.quant_ops import (ActQuant, dequantize_weight, pack_int4, quantize_activation_per_group,
+                                   quantize_activation_per_token)
 from tests.helpers import export, to_ember
 
 ZP_KINDS = ("none", "int8", "float", "q4_1", "bcast_float")
@@ -116,11 +117,20 @@ def rel_error(got, ref: torch.Tensor, floor: float = 0.0) -> float:
     return float((g - r).abs().max() / max(float(r.abs().max()), floor, 1e-30))
 
 
+def quantized_input(x: torch.Tensor, v: dict) -> torch.Tensor:
+    """The activations a variant's weight multiplies (quantize-dequantized per its act_quant)."""
+    if v["act_quant"] == ActQuant.INT8_ASYM_PER_TOKEN:
+        return quantize_activation_per_token(x)
+    if v["act_quant"] == ActQuant.INT8_SYM_PER_GROUP:
+        return quantize_activation_per_group(x, v["group_size"])
+    return x
+
+
 def magnitude(x: torch.Tensor, v: dict) -> float:
     """1% of the largest sum_k |x_k w_nk|: the floor of rel_error's scale, since one output (N = 1)
     can cancel to far below the size of the float rounding of its terms."""
     w = dequantize_weight(v["qdata"], v["scale"], v["zero_point"], v["offset"], v["bits"], v["group_size"])
-    xs = quantize_activation_per_token(x) if v["act_quant"] else x
+    xs = quantized_input(x, v)
     return 0.01 * float((xs.float().abs().reshape(-1, w.shape[1]) @ w.abs().T).max())
 
 
@@ -135,7 +145,7 @@ def variants_for(K: int, seed: int, x_dtype: torch.dtype) -> list[dict]:
     gen = torch.Generator().manual_seed(seed)
     sizes = group_sizes(K)
     out = []
-    for i, (bits, act, zp_kind) in enumerate(itertools.product((4, 8), (0, 1), ZP_KINDS)):
+    for i, (bits, act, zp_kind) in enumerate(itertools.product((4, 8), (0, 1, 2), ZP_KINDS)):
         gs = sizes[(i + seed) % len(sizes)]
         if bits == 4 and gs % 2:
             gs = K
@@ -184,7 +194,8 @@ def test_quantized_linear_matches_reference_and_torchao(K, shape, x_dtype, tmp_p
         tol, floor = tolerance(x_dtype, v["act_quant"]), magnitude(x, v)
         err = rel_error(g, ref, floor)
         assert err <= tol, f"runtime vs reference: {err:.3g} > {tol} ({what})"
-        if v["offset"] is None and (v["zero_point"] is None or v["zero_point"].dtype == torch.int8):
+        # torchao has no per-group symmetric activation scheme for linears (act_quant 2)
+        if v["act_quant"] != 2 and v["offset"] is None and (v["zero_point"] is None or v["zero_point"].dtype == torch.int8):
             err = rel_error(g, torchao_linear(x, v), floor)
             assert err <= tol, f"runtime vs torchao: {err:.3g} > {tol} ({what})"
 
@@ -197,7 +208,7 @@ def test_quantized_linear_long_rows_stay_exact(tmp_path):
     x[0, 0] = 0.0  # lo = 0 -> zp = -128, every other code 127: a = 255
     x[0, 1::7] = 1.5
     variants = []
-    for bits, act in itertools.product((4, 8), (0, 1)):
+    for bits, act in itertools.product((4, 8), (0, 1, 2)):
         q = torch.full((3, K), -8 if bits == 4 else -128, dtype=torch.int8)
         q[1, ::3] = 7 if bits == 4 else 127
         variants.append({"q": q, "qdata": pack_int4(q) if bits == 4 else q,
@@ -209,8 +220,8 @@ def test_quantized_linear_long_rows_stay_exact(tmp_path):
         # Against float64: fp32 sums of 65K same-sign terms (eager torch's as well as the float
         # kernels') drift by a few 1e-5; the integer sums of the act_quant path are exact.
         w = dequantize_weight(v["qdata"], v["scale"], None, None, v["bits"], K).double()
-        xs = quantize_activation_per_token(x) if v["act_quant"] else x
-        assert rel_error(g, xs.double() @ w.T) <= (1e-6 if v["act_quant"] else 1e-4), (v["bits"], v["act_quant"])
+        xs = quantized_input(x, v)
+        assert rel_error(g, xs.double() @ w.T) <= (1e-6 if v["act_quant"] == 1 else 1e-4), (v["bits"], v["act_quant"])
 
 
 def test_quantized_linear_act_quant_edge_rows(tmp_path):
@@ -303,7 +314,7 @@ def test_quantized_linear_rejects_mismatched_scale(tmp_path):
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("act_quant", 2, "act_quant must be 0 .* got 2"),
+    ("act_quant", 3, "act_quant must be 0 .* got 3"),
     ("group_size", 5, "group_size 5 must be positive and divide the row length 96"),
     ("bits", 3, "bits must be 4 or 8, got 3"),
 ])

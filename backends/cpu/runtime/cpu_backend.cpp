@@ -1,10 +1,12 @@
 // ember.cpu: the runtime half of the CPU delegate (backends/cpu). Each delegate call runs one
 // quantized op over one packed weight (packed_weight.h), chosen by its compile specs:
 //   op = "linear":    x [..., K] fp32 -> [..., N] fp32; act_quant 0 (fp32 activations, the
-//                     float kernels) or 1 (torchao's int8 asymmetric per-token activations:
+//                     float kernels), 1 (torchao's int8 asymmetric per-token activations:
 //                     int8 codes q and zero point zp per row, the int kernels, then
 //                     y = scale * (sum_k q_k w_k - zp * sum_k w_k) + bias, the row sums packed
-//                     with the weight);
+//                     with the weight) or 2 (int8 symmetric per group of the weight's group
+//                     size, llama.cpp's Q8_0 activations: y = sum_g d_g * sum_{k in g} q_k w_k
+//                     + bias, the group scales d_g applied inside the int kernels);
 //   op = "embedding": indices (int32/int64, any shape) -> [*indices.shape, K] fp32, each row
 //                     dequantized exactly as the reference does.
 // The blob holds only the weight, so a tied embedding and lm_head share one copy of it.
@@ -27,11 +29,13 @@ namespace cpu {
 namespace {
 
 enum class Op { kLinear, kEmbedding };
+// The linear's activations: the values of the act_quant compile spec (export/quant_ops.py ActQuant).
+enum class Act : uint8_t { kFloat = 0, kInt8PerToken = 1, kInt8PerGroup = 2 };
 
 struct Handle {
   PackedWeight w;
   Op op = Op::kLinear;
-  bool act_quant = false;
+  Act act = Act::kFloat;
   bool coeffs_in_place = false;  // the kernels read the packed scales / offsets directly
 };
 
@@ -74,22 +78,23 @@ Error parse_specs(const CompileSpec* specs, size_t n, Handle* h) {
                             static_cast<int>(value.size() > 32 ? 32 : value.size()), value.data());
       have_op = true;
     } else if (specs[i].key == "act_quant") {
-      if (specs[i].size != 1 || specs[i].value[0] > 1) {
-        return CPU_ERROR(kInvalidProgram, "compile spec act_quant must be one byte, 0 or 1");
+      if (specs[i].size != 1 || specs[i].value[0] > 2) {
+        return CPU_ERROR(kInvalidProgram, "compile spec act_quant must be one byte, 0, 1 or 2");
       }
-      h->act_quant = specs[i].value[0] == 1;
+      h->act = static_cast<Act>(specs[i].value[0]);
     }
   }
   if (!have_op) return CPU_ERROR(kInvalidProgram, "the delegate has no 'op' compile spec");
   return Error::ok();
 }
 
-// The activations in the kernels' form: int8 codes (int path) or fp32 rows used in place, plus
-// per-group sums [M][G] and, for the int path, each row's scale and zero point.
+// The activations in the kernels' form: int8 codes (int paths) or fp32 rows used in place, plus
+// per-group sums [M][G]; per token: each row's scale and zero point; per group: each group's scale.
 struct Activations {
   std::vector<int8_t> q;   // [M, K]
   std::vector<float> asum;  // [M, G]
-  std::vector<float> scale, zp;  // [M]
+  std::vector<float> scale, zp;  // [M] (per token)
+  std::vector<float> gscale;  // [M, G] (per group)
 };
 
 void quantize_rows(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
@@ -110,6 +115,27 @@ void quantize_rows(const float* x, int64_t M, const PackedWeight& w, Activations
         int32_t t = 0;
         for (int64_t k = 0; k < gs; ++k) t += qr[g * gs + k];
         a->asum[m * G + g] = static_cast<float>(t);
+      }
+    }
+  });
+}
+
+// Per group: codes and d_g from group_codes (act_quant.h), asum = d_g * sum of the group's codes
+// (the group's dequantized activations summed; NaN for a NaN group, which makes the row NaN).
+void quantize_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
+  const int64_t K = w.K, G = w.G, gs = w.gs;
+  a->q.resize(static_cast<size_t>(M * K));
+  a->asum.resize(static_cast<size_t>(M * G));
+  a->gscale.resize(static_cast<size_t>(M * G));
+  kern::parallel_rows(M, K, [&](int64_t r0, int64_t r1) {
+    for (int64_t m = r0; m < r1; ++m) {
+      for (int64_t g = 0; g < G; ++g) {
+        int8_t* qg = a->q.data() + m * K + g * gs;
+        const float d = group_codes(x + m * K + g * gs, gs, qg);
+        int32_t t = 0;
+        for (int64_t k = 0; k < gs; ++k) t += qg[k];
+        a->gscale[m * G + g] = d;
+        a->asum[m * G + g] = d * static_cast<float>(t);
       }
     }
   });
@@ -147,7 +173,9 @@ Error run_linear(const Handle& h, KernelArgs args) {
   const BlockKernels& bk = block_kernels();
   Activations act;
   const float* xf = x.ptr<float>();
-  if (h.act_quant) quantize_rows(xf, M, w, &act);
+  const bool int_path = h.act != Act::kFloat, per_token = h.act == Act::kInt8PerToken;
+  if (per_token) quantize_rows(xf, M, w, &act);
+  else if (int_path) quantize_groups(xf, M, w, &act);
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
@@ -166,15 +194,16 @@ Error run_linear(const Handle& h, KernelArgs args) {
       const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
         const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
-        if (h.act_quant) {
-          ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, tile);
+        if (int_path) {
+          ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G,
+                      per_token ? nullptr : act.gscale.data() + m0 * G, tile);
         } else {
           ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
         }
         for (int j = 0; j < mb; ++j) {
           float* yr = y + (m0 + j) * N + n0;
           const float* t = tile + j * kRows;
-          if (h.act_quant) {
+          if (per_token) {
             const float sc = act.scale[m0 + j], zp = act.zp[m0 + j];
             for (int64_t r = 0; r < rows; ++r) yr[r] = sc * (t[r] - zp * rowsum[r]);
           } else {
@@ -224,10 +253,10 @@ class CpuBackend final : public Backend {
     if (!w.ok()) return w.error();
     h->w = w.value();
     h->coeffs_in_place = coeffs_in_place(h->w);
-    if (h->op == Op::kEmbedding && h->act_quant) {
+    if (h->op == Op::kEmbedding && h->act != Act::kFloat) {
       return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
     }
-    if (h->act_quant && !h->w.has_rowsum) {
+    if (h->act == Act::kInt8PerToken && !h->w.has_rowsum) {
       return CPU_ERROR(kInvalidProgram, "an int8-activation linear needs the weight's row sums, which this blob lacks");
     }
     return static_cast<void*>(h.release());

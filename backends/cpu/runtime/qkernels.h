@@ -6,7 +6,9 @@
 // block's coefficients, c = m - s * ze, from a Coeffs):
 //   out[m][r] = sum_g ( s[g][r] * P[m][g][r] + c[g][r] * A[m][g] )
 // int kernels:   P = sum_{k in g} u[r][k] * q[m][k], summed exactly in int32 (q: int8 codes),
-//                A = asum[m][g] = sum_{k in g} q[m][k];
+//                times ascale[m][g] when ascale is given (per-group activation scales: then the
+//                activations are q * ascale), A = asum[m][g] (the sum of the group's activations
+//                in the same units as P);
 // float kernels: P = sum_{k in g} u[r][k] * x[m][k] in fp32 (x: fp32 activations),
 //                A = asum[m][g] = sum_{k in g} x[m][k].
 // That is sum_k act[m][k] * w[r][k] with w = u * s + c. Every SIMD level applies the per-group
@@ -15,7 +17,8 @@
 //
 // Arguments: codes = the block's code words ([G][words_per_group][16] x 4 bytes), G and
 // words_per_group from the PackedWeight, co = the block's coefficients, act = activations
-// [MB][lda] (int8 or fp32), asum = [MB][G] fp32, out = [MB][16] fp32.
+// [MB][lda] (int8 or fp32), asum = [MB][G] fp32, ascale = [MB][G] fp32 or null (int kernels),
+// out = [MB][16] fp32.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +44,7 @@ struct Coeffs {
 };
 
 using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
-                            int64_t lda, const float* asum, float* out);
+                            int64_t lda, const float* asum, const float* ascale, float* out);
 using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
                               int64_t lda, const float* asum, float* out);
 

@@ -19,7 +19,7 @@ EMBER_AVX2_F16C inline __m256i load256(const uint8_t* p) { return _mm256_loadu_s
 // WPG > 0 fixes the words per group at compile time (4: groups of 32, the common case).
 template <int MB, int WPG>
 EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
-                          const int8_t* q, int64_t lda, const float* asum, float* out, int h) {
+                          const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out, int h) {
   const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
   const __m256i nib = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
   __m256 acc[MB];
@@ -45,6 +45,7 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
     }
     __m256 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm256_cvtepi32_ps(d[m]);
+    scale_by_group256<MB>(p, ascale, g, G);
     group_step256<MB>(co, g, 8 * h, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + m * 16 + 8 * h, acc[m]);
@@ -55,7 +56,7 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
 // are folded with one horizontal add at the end of the group.
 template <int MB>
 EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
-                          const int8_t* q, int64_t lda, const float* asum, float* out, int h) {
+                          const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out, int h) {
   __m256 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
@@ -79,6 +80,7 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
       const __m256i rows = _mm256_permute4x64_epi64(_mm256_hadd_epi32(da[m], db[m]), 0xD8);
       p[m] = _mm256_cvtepi32_ps(rows);
     }
+    scale_by_group256<MB>(p, ascale, g, G);
     group_step256<MB>(co, g, 8 * h, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + m * 16 + 8 * h, acc[m]);
@@ -126,21 +128,21 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
 
 template <int MB>
 EMBER_AVX2_F16C void int4_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
-                           const int8_t* q, int64_t lda, const float* asum, float* out) {
+                           const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out) {
   if (wpg == 4) {
-    int4_half<MB, 4>(codes, G, wpg, co, q, lda, asum, out, 0);
-    int4_half<MB, 4>(codes, G, wpg, co, q, lda, asum, out, 1);
+    int4_half<MB, 4>(codes, G, wpg, co, q, lda, asum, ascale, out, 0);
+    int4_half<MB, 4>(codes, G, wpg, co, q, lda, asum, ascale, out, 1);
   } else {
-    int4_half<MB, 0>(codes, G, wpg, co, q, lda, asum, out, 0);
-    int4_half<MB, 0>(codes, G, wpg, co, q, lda, asum, out, 1);
+    int4_half<MB, 0>(codes, G, wpg, co, q, lda, asum, ascale, out, 0);
+    int4_half<MB, 0>(codes, G, wpg, co, q, lda, asum, ascale, out, 1);
   }
 }
 
 template <int MB>
 EMBER_AVX2_F16C void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
-                           const int8_t* q, int64_t lda, const float* asum, float* out) {
-  int8_half<MB>(codes, G, wpg, co, q, lda, asum, out, 0);
-  int8_half<MB>(codes, G, wpg, co, q, lda, asum, out, 1);
+                           const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out) {
+  int8_half<MB>(codes, G, wpg, co, q, lda, asum, ascale, out, 0);
+  int8_half<MB>(codes, G, wpg, co, q, lda, asum, ascale, out, 1);
 }
 
 template <int BITS, int MB>

@@ -16,7 +16,7 @@ namespace {
 // (at most 30,720 in magnitude: no saturation), then widened by VPMADDWD with ones.
 template <int MB, int WPG>
 EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
-                                   const int8_t* q, int64_t lda, const float* asum, float* out) {
+                                   const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out) {
   const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
   const __m512i nib = _mm512_set1_epi8(15), ones = _mm512_set1_epi16(1);
   __m512 acc[MB];
@@ -42,6 +42,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
+    scale_by_group512<MB>(p, ascale, g, G);
     group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
@@ -49,16 +50,16 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
 
 template <int MB>
 EMBER_AVX512 void int4_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
-                             int64_t lda, const float* asum, float* out) {
-  if (wpg == 4) return int4_block_fixed<MB, 4>(codes, G, wpg, co, q, lda, asum, out);  // groups of 32
-  int4_block_fixed<MB, 0>(codes, G, wpg, co, q, lda, asum, out);
+                             int64_t lda, const float* asum, const float* ascale, float* out) {
+  if (wpg == 4) return int4_block_fixed<MB, 4>(codes, G, wpg, co, q, lda, asum, ascale, out);  // groups of 32
+  int4_block_fixed<MB, 0>(codes, G, wpg, co, q, lda, asum, ascale, out);
 }
 
 // 8-bit codes (0..255) x int8 activations: both widened to int16 and VPMADDWD; a row's two pair
 // sums are folded at the end of the group.
 template <int MB>
 EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
-                             const int8_t* q, int64_t lda, const float* asum, float* out) {
+                             const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out) {
   // Even and odd int32 lanes of (rows 0-7 pairs, rows 8-15 pairs): each row's two pair sums.
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
@@ -85,6 +86,7 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
                                             _mm512_permutex2var_epi32(da[m], odd, db[m]));
       p[m] = _mm512_cvtepi32_ps(rows);
     }
+    scale_by_group512<MB>(p, ascale, g, G);
     group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);

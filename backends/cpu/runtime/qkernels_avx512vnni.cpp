@@ -13,7 +13,8 @@ namespace {
 // WPG > 0 fixes the words per group at compile time (groups of 32: 4 words at 4 bits, 8 at 8).
 template <int BITS, int MB, int WPG>
 EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
-                                      const int8_t* q, int64_t lda, const float* asum, float* out) {
+                                      const int8_t* q, int64_t lda, const float* asum, const float* ascale,
+                                      float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
   const __m512i nib = _mm512_set1_epi8(15);
@@ -38,6 +39,7 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
+    scale_by_group512<MB>(p, ascale, g, G);
     group_step512<MB>(co, g, p, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
@@ -45,10 +47,10 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
 
 template <int BITS, int MB>
 EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
-                                int64_t lda, const float* asum, float* out) {
+                                int64_t lda, const float* asum, const float* ascale, float* out) {
   constexpr int kG32 = BITS == 4 ? 4 : 8;
-  if (wpg == kG32) return int_block_fixed<BITS, MB, kG32>(codes, G, wpg, co, q, lda, asum, out);
-  int_block_fixed<BITS, MB, 0>(codes, G, wpg, co, q, lda, asum, out);
+  if (wpg == kG32) return int_block_fixed<BITS, MB, kG32>(codes, G, wpg, co, q, lda, asum, ascale, out);
+  int_block_fixed<BITS, MB, 0>(codes, G, wpg, co, q, lda, asum, ascale, out);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ inline void coeffs_at(const Coeffs& co, int64_t i, float* s, float* c) {
 // summed in (exact int32 or fp32).
 template <int BITS, int MB, typename T, typename S>
 void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const T* act, int64_t lda,
-           const float* asum, float* out) {
+           const float* asum, const float* ascale, float* out) {
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
   for (int64_t g = 0; g < G; ++g) {
@@ -58,7 +58,9 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
       for (int r = 0; r < 16; ++r) {
         float s, c;
         coeffs_at(co, g * 16 + r, &s, &c);
-        acc[m][r] += s * static_cast<float>(p[m][r]) + c * a;
+        float pf = static_cast<float>(p[m][r]);
+        if (ascale) pf *= ascale[m * G + g];
+        acc[m][r] += s * pf + c * a;
       }
     }
   }
@@ -68,14 +70,14 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
 
 template <int BITS, int MB>
 void int_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q, int64_t lda,
-               const float* asum, float* out) {
-  block<BITS, MB, int8_t, int32_t>(codes, G, wpg, co, q, lda, asum, out);
+               const float* asum, const float* ascale, float* out) {
+  block<BITS, MB, int8_t, int32_t>(codes, G, wpg, co, q, lda, asum, ascale, out);
 }
 
 template <int BITS, int MB>
 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x, int64_t lda,
                  const float* asum, float* out) {
-  block<BITS, MB, float, float>(codes, G, wpg, co, x, lda, asum, out);
+  block<BITS, MB, float, float>(codes, G, wpg, co, x, lda, asum, nullptr, out);
 }
 
 }  // namespace

@@ -42,6 +42,19 @@ EMBER_AVX2_F16C inline void group_step256(const Coeffs& co, int64_t g, int row0,
   }
 }
 
+// p[m] *= ascale[m][g] (per-group activation scales; ascale [MB][G], or null: nothing to do).
+template <int MB>
+EMBER_AVX2_F16C inline void scale_by_group256(__m256 (&p)[MB], const float* ascale, int64_t g, int64_t G) {
+  if (!ascale) return;
+  for (int m = 0; m < MB; ++m) p[m] = _mm256_mul_ps(p[m], _mm256_broadcast_ss(ascale + m * G + g));
+}
+
+template <int MB>
+EMBER_AVX512 inline void scale_by_group512(__m512 (&p)[MB], const float* ascale, int64_t g, int64_t G) {
+  if (!ascale) return;
+  for (int m = 0; m < MB; ++m) p[m] = _mm512_mul_ps(p[m], _mm512_set1_ps(ascale[m * G + g]));
+}
+
 // The same for all 16 rows of a block.
 template <int MB>
 EMBER_AVX512 inline void group_step512(const Coeffs& co, int64_t g, const __m512 (&p)[MB], const float* asum,
