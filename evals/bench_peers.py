@@ -1,14 +1,15 @@
 """ember against llama.cpp (and optionally HF eager) on SmolLM2-135M-Instruct, side by side.
 
     python evals/bench_peers.py [--threads 2] [--repeats 5] [--work-dir DIR] [--reuse]
-                                [--ember fp32,8w,8da4w,gguf] [--llama q4_0,q8_0,q4_1] [--hf] [--json]
+                                [--ember fp32,q8,8da4w,gguf,gguf-a8] [--llama q4_0,q8_0,q4_1] [--hf] [--json]
 
 Every runner is loaded once, then the repeats are interleaved (each round runs every runner once),
 so a slow spell of a shared machine hits all of them alike. Each run: a 128-token prompt of real
 prose (prefill), then 128 greedy tokens (decode), EOS ignored, the cache cleared between runs.
 
 - ember: files exported from the packaged GGUF into --work-dir (`--reuse` keeps existing ones):
-  fp32, q8 (8w per channel), 8da4w (the preset), q4, gguf (the GGUF's own Q4_1 blocks, `--quant gguf`);
+  fp32, q8 (8w per channel), 8da4w (the preset), q4, gguf (the GGUF's own Q4_1 blocks, `--quant gguf`), and
+  gguf-a8 / q4-a8 (the same with `--qactivations int8`: int8 activations per group, as llama.cpp runs Q4_1);
   quantized files use the CPU delegate (the export default). Timings are the runner's stats.
 - llama.cpp (`llama-cpp-python`, built from source with CMAKE_ARGS="-DGGML_NATIVE=ON"; the optional
   `bench` extra): the packaged Q4_1 file and Q4_0 / Q8_0 requantized from it with
@@ -32,7 +33,10 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"
-EMBER_RECIPES = {"fp32": None, "q8": "q8", "q4": "q4", "8da4w": "8da4w", "gguf": "gguf"}  # q8: 8w per channel
+# name -> (quant, qactivations); q8: 8w per channel; "-a8": weight-only linears with int8 activations
+# per group (--qactivations int8), as llama.cpp runs its own Q4_0/Q4_1/Q8_0 files
+EMBER_RECIPES = {"fp32": (None, "float"), "q8": ("q8", "float"), "q4": ("q4", "float"), "8da4w": ("8da4w", "float"),
+                 "gguf": ("gguf", "float"), "gguf-a8": ("gguf", "int8"), "q4-a8": ("q4", "int8")}
 LLAMA_TYPES = {"q4_0": 2, "q8_0": 7, "q4_1": None}  # llama_ftype values; None: the packaged file itself
 
 
@@ -152,7 +156,8 @@ def ember_file(work: Path, gguf: Path, name: str, reuse: bool) -> Path:
         return path
     from ember.llm.exporter import export_llm
 
-    export_llm(str(gguf), path, quant=EMBER_RECIPES[name], progress=False)
+    quant, activations = EMBER_RECIPES[name]
+    export_llm(str(gguf), path, quant=quant, qactivations=activations, progress=False)
     return path
 
 
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--work-dir", type=Path, default=Path("bench-peers"), help="exported files (default ./bench-peers)")
     p.add_argument("--reuse", action="store_true", help="keep files already in --work-dir instead of re-exporting")
-    p.add_argument("--ember", default="fp32,q8,8da4w,gguf",
+    p.add_argument("--ember", default="fp32,q8,8da4w,gguf,gguf-a8",
                    help=f"ember recipes, from {sorted(EMBER_RECIPES)}, or paths of .ember files to run as they are")
     p.add_argument("--llama", default="q4_0,q8_0,q4_1", help=f"llama.cpp types, from {sorted(LLAMA_TYPES)}")
     p.add_argument("--hf", action="store_true", help="also run transformers eager fp32 (slow)")

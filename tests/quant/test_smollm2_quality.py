@@ -31,13 +31,14 @@ CORPUS = Path(__file__).resolve().parents[2] / "evals" / "data" / "pride_and_pre
 TOKENS, WINDOW = 1024, 512
 MB = 1_000_000
 
-# How far a file's perplexity may be from torchao eager on the same recipe. Weight-only recipes match
+# A file's perplexity must be within 0.5% of torchao eager on the same recipe. Weight-only recipes match
 # eager to ~1e-5. Dynamic int8 activations do not: a one-ulp fp32 difference upstream (ember's fused
 # norm/attention vs HF's op chain) moves an activation across a rounding step, and a coarse recipe
-# amplifies it. 8da4w g32 symmetric (perplexity x1.37 of fp32) measured file/eager 0.9992 before and
-# 1.0097 after a change to the AVX2 softmax/SiLU that altered only fp32 rounding; 8da8w 0.9963.
-# The issue's 0.5% holds for every recipe but that one, which gets 2% (tracked in issue 9).
-EAGER_TOLERANCE = {"8da4w_g32": 0.02}
+# amplifies it into a per-token difference of either sign. 8da4w g32 symmetric (perplexity x1.37 of
+# fp32) is scored over 4,096 tokens, where those average out: file/eager 0.9978 (AVX-512 VNNI kernels)
+# and 0.9974 (AVX2 forced) on a Zen 4, against 1.0018 and 0.9955 over 1,024 tokens (1.0097 seen before).
+EAGER_TOLERANCE = 0.005
+EVAL_TOKENS = {"8da4w_g32": 4096}
 
 # recipe -> (quant argument, largest perplexity ratio to fp32, largest file in bytes)
 RECIPES = {
@@ -89,20 +90,21 @@ def test_recipe_quality_and_size(fp32, name: str, tmp_path: Path) -> None:
     path = _export(copy.deepcopy(loaded.model), tmp_path / f"{name}.ember", tokenizer=loaded.tokenizer, quant=quant)
     eager = copy.deepcopy(loaded.model)
     quantize_model(eager, get_preset(quant) if isinstance(quant, str) else quant)
-    result = evaluate(path, CORPUS, reference=eager, tokens=TOKENS, window=WINDOW, progress=False)
-    size, ratio = path.stat().st_size, result.perplexity / fp32_ppl
-    print(f"\n{name}: {size / MB:.1f} MB, perplexity {result.perplexity:.4f} (fp32 {fp32_ppl:.4f}, ratio {ratio:.4f}), "
+    tokens = EVAL_TOKENS.get(name, TOKENS)
+    result = evaluate(path, CORPUS, reference=eager, tokens=tokens, window=WINDOW, progress=False)
+    size, ratio = path.stat().st_size, result.perplexity / fp32_ppl  # fp32_ppl: over the first TOKENS only
+    print(f"\n{name}: {size / MB:.1f} MB over {tokens} tokens, perplexity {result.perplexity:.4f} "
+          f"(fp32 over {TOKENS}: {fp32_ppl:.4f}), "
           f"torchao eager {result.reference_perplexity:.4f} (file/eager {result.ppl_ratio:.4f}), "
           f"top-1 vs eager {result.top1:.3f}")
-    assert result.windows == TOKENS // WINDOW
+    assert result.windows == tokens // WINDOW
     llm = ember.load(path)
     assert llm.metadata["export.backend"] == "cpu"  # quantized exports run on the CPU delegate by default
     answer = llm.chat([{"role": "user", "content": "What is the capital of France?"}], max_new_tokens=16, temperature=0)
     assert "Paris" in answer, answer
-    tolerance = EAGER_TOLERANCE.get(name, 0.005)
-    assert abs(result.ppl_ratio - 1.0) <= tolerance, f"the file must be within {tolerance:.1%} of torchao eager"
+    assert abs(result.ppl_ratio - 1.0) <= EAGER_TOLERANCE, "the file must be within 0.5% of torchao eager"
     if max_ratio is not None:
-        assert ratio <= max_ratio
+        assert tokens == TOKENS and ratio <= max_ratio
     assert size <= max_bytes
 
 
