@@ -43,16 +43,10 @@ struct ActParams {
   bool ok = true;
 };
 
+// The parameters from a row's range: lo = min(min(x), 0), hi = max(max(x), 0), nan = whether the
+// row holds a NaN (SIMD callers reduce the range themselves, then share this step).
 template <typename R>
-inline ActParams act_params(const float* x, int64_t K) {
-  float lo = 0.0f, hi = 0.0f;  // min(min(x), 0), max(max(x), 0)
-  bool nan = false;
-  for (int64_t k = 0; k < K; ++k) {
-    const float v = x[k];
-    nan |= v != v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
+inline ActParams act_params_from_range(float lo, float hi, bool nan) {
   ActParams p;
   float scale = R::r(R::r(hi - lo) / 255.0f);
   if (scale < R::kSmallestNormal) scale = R::kSmallestNormal;
@@ -64,6 +58,19 @@ inline ActParams act_params(const float* x, int64_t K) {
   p.zp = std::min(std::max(R::r(-128.0f - std::nearbyint(R::r(lo / scale))), -128.0f), 127.0f);
   p.inv = R::r(1.0f / scale);  // torch computes 1 / scale, then multiplies
   return p;
+}
+
+template <typename R>
+inline ActParams act_params(const float* x, int64_t K) {
+  float lo = 0.0f, hi = 0.0f;  // min(min(x), 0), max(max(x), 0)
+  bool nan = false;
+  for (int64_t k = 0; k < K; ++k) {
+    const float v = x[k];
+    nan |= v != v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  return act_params_from_range<R>(lo, hi, nan);
 }
 
 // The clamped code q in [-128, 127] of activation v.

@@ -440,6 +440,7 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
   }
   const char* prof = std::getenv("EMBER_PROFILE");
   profile_ = prof != nullptr && prof[0] != '\0' && prof[0] != '0';
+  if (profile_) set_pool_profiling(true);
   profile_seconds_.assign(instrs_.size(), 0.0);
   profile_calls_.assign(instrs_.size(), 0);
   return Error::ok();
@@ -491,6 +492,7 @@ Error Method::execute() {
     for (int d = 0; d < t.dim; ++d) t.sizes[d] = 0;
   }
   std::fill(input_bound_.begin(), input_bound_.end(), false);
+  const PoolProfile pool0 = profile_ ? pool_profile() : PoolProfile();
   KernelContext ctx;
   const size_t n = instrs_.size();
   for (size_t k = 0; k < n; ++k) {
@@ -528,6 +530,13 @@ Error Method::execute() {
       ++profile_calls_[k];
     }
   }
+  if (profile_) {
+    const PoolProfile pool1 = pool_profile();
+    profile_pool_.loops += pool1.loops - pool0.loops;
+    profile_pool_.caller_wait_s += pool1.caller_wait_s - pool0.caller_wait_s;
+    profile_pool_.worker_busy_s += pool1.worker_busy_s - pool0.worker_busy_s;
+    ++profile_executions_;
+  }
   return Error::ok();
 }
 
@@ -556,6 +565,20 @@ void Method::print_profile() const {
     std::fprintf(stderr, "  %8.3f s %5.1f%% %8llu calls  %s\n", r.second.first, total > 0 ? 100 * r.second.first / total : 0.0,
                  static_cast<unsigned long long>(r.second.second), r.first.c_str());
   }
+  // Synchronization: the calling thread waiting at the end of parallel loops (imbalance and
+  // hand-off), and how much of their time the workers spent running chunks (the rest they waited
+  // for work: the serial stretches between loops). The pool is process-wide, so loops run by
+  // other threads at the same time count too.
+  const int threads = get_num_threads();
+  const PoolProfile& p = profile_pool_;
+  const double calls = static_cast<double>(std::max<uint64_t>(1, profile_executions_));
+  std::fprintf(stderr, "  sync: %d thread%s, %.1f parallel loops per call; the calling thread waited %.3f s at loop ends (%.1f%%)",
+               threads, threads == 1 ? "" : "s", static_cast<double>(p.loops) / calls, p.caller_wait_s,
+               total > 0 ? 100 * p.caller_wait_s / total : 0.0);
+  if (threads > 1 && total > 0) {
+    std::fprintf(stderr, "; workers ran chunks %.1f%% of the time", 100 * p.worker_busy_s / (total * (threads - 1)));
+  }
+  std::fprintf(stderr, "\n");
 }
 
 size_t Method::num_instructions() const { return instrs_.size(); }

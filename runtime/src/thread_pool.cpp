@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -57,6 +58,15 @@ int max_num_threads() {
 namespace {
 
 thread_local bool t_in_parallel = false;
+
+// EMBER_PROFILE's synchronization totals (nanoseconds), see PoolProfile.
+std::atomic<bool> g_profiling{false};
+std::atomic<uint64_t> g_loops{0}, g_wait_ns{0}, g_busy_ns{0};
+
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 
 class Pool {
  public:
@@ -112,7 +122,13 @@ class Pool {
     t_in_parallel = true;
     work();
     t_in_parallel = false;
+    const bool profiling = g_profiling.load(std::memory_order_relaxed);
+    const uint64_t waited_from = profiling ? now_ns() : 0;
     while (pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
+    if (profiling) {
+      g_wait_ns.fetch_add(now_ns() - waited_from, std::memory_order_relaxed);
+      g_loops.fetch_add(1, std::memory_order_relaxed);
+    }
     fn_ = nullptr;
   }
 
@@ -142,7 +158,13 @@ class Pool {
       }
       if (stop_.load()) return;
       seen = generation_.load(std::memory_order_acquire);
-      work();
+      if (g_profiling.load(std::memory_order_relaxed)) {
+        const uint64_t t0 = now_ns();
+        work();
+        g_busy_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+      } else {
+        work();
+      }
     }
   }
 
@@ -213,6 +235,16 @@ Pool& pool() {
 }
 
 }  // namespace
+
+void set_pool_profiling(bool on) { g_profiling.store(on, std::memory_order_relaxed); }
+
+PoolProfile pool_profile() {
+  PoolProfile p;
+  p.loops = g_loops.load(std::memory_order_relaxed);
+  p.caller_wait_s = 1e-9 * static_cast<double>(g_wait_ns.load(std::memory_order_relaxed));
+  p.worker_busy_s = 1e-9 * static_cast<double>(g_busy_ns.load(std::memory_order_relaxed));
+  return p;
+}
 
 int set_num_threads(int n) { return pool().set_threads(n); }
 Error thread_pool_error() { return pool().error(); }

@@ -201,15 +201,25 @@ print(json.dumps({"paths": {k: v for k, v in info.items() if k.startswith("cpu."
 """
 
 
-def test_every_isa_level_gives_the_same_int_results(tmp_path):
-    """The int kernels sum exactly and apply the per-group step in one order on every SIMD level:
-    their outputs are bit-identical across AVX2, AVX-512 and AVX-512 VNNI (and close on portable)."""
+@pytest.mark.parametrize("K", [192, 44])
+def test_every_isa_level_gives_the_same_int_results(K, tmp_path):
+    """The activation quantizers give the same codes and the int kernels sum exactly and apply the
+    per-group step in one order on every SIMD level: outputs are bit-identical across AVX2, AVX-512
+    and AVX-512 VNNI (and close on portable). K = 44 (8-bit, per channel) leaves vector tails."""
     levels = _supported_levels()
     if len(levels) < 2:
         pytest.skip("this CPU has only the portable level")
     gen = torch.Generator().manual_seed(11)
-    x = torch.randn(1, 5, 192, generator=gen)
-    variants = [v for v in _variants(192, 5, (32, 64, 192)) if v["act_quant"]]
+    x = torch.randn(1, 5, K, generator=gen)
+    if K == 192:
+        variants = [v for v in _variants(192, 5, (32, 64, 192)) if v["act_quant"]]
+        x[0, 1] = torch.arange(K) % 32 - 15.5  # with 127 opening each group (d = 1): x / d ties at .5
+        x[0, 1, ::32] = 127.0
+    else:
+        variants = []
+        for act, zp_kind in itertools.product((1, 2), ("none", "float")):
+            v = make_weight(gen, 19, K, 8, K, zp_kind, torch.float16)
+            variants.append({**v, "act_quant": act, "bias": None})
     program = lower(export(QLinears(variants), (x,)), partitioners=(CpuPartitioner(),))
     path = tmp_path / "levels.ember"
     program.save(path)

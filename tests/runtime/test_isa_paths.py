@@ -21,7 +21,8 @@ LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemm_ukernel", "f32.softmax",
                 "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
-CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.embedding"}
+CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.activation_quant",
+                         "cpu.embedding"}
 
 
 def _info_with(isa: str | None) -> dict:
@@ -53,6 +54,7 @@ def test_cpu_info_reports_features_and_every_kernel_family() -> None:
     if info["best_isa"] != "portable":  # no fp32 or delegate linear entry is left on the portable path
         assert all(info["kernels"][k] != "portable" for k in F32_FAMILIES), info["kernels"]
         assert info["kernels"]["cpu.linear_int8_activations"] == info["best_isa"], info["kernels"]
+        assert info["kernels"]["cpu.activation_quant"] != "portable", info["kernels"]
     assert ember.runtime.cpu_info()["best_isa"] == info["best_isa"]  # in-process, unforced
 
 

@@ -18,7 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include "act_quant.h"
 #include "ember/runtime/backend.h"
 #include "kernel_utils.h"
 #include "packed_weight.h"
@@ -97,46 +96,23 @@ struct Activations {
   std::vector<float> gscale;  // [M, G] (per group)
 };
 
-void quantize_rows(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
+// The activation rows in the int kernels' form, per token or per group (qkernels.h quantizers).
+void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_token, Activations* a) {
   const int64_t K = w.K, G = w.G, gs = w.gs;
   a->q.resize(static_cast<size_t>(M * K));
   a->asum.resize(static_cast<size_t>(M * G));
-  a->scale.resize(static_cast<size_t>(M));
-  a->zp.resize(static_cast<size_t>(M));
+  if (per_token) {
+    a->scale.resize(static_cast<size_t>(M));
+    a->zp.resize(static_cast<size_t>(M));
+  } else {
+    a->gscale.resize(static_cast<size_t>(M * G));
+  }
+  const BlockKernels& bk = block_kernels();
   kern::parallel_rows(M, K, [&](int64_t r0, int64_t r1) {
     for (int64_t m = r0; m < r1; ++m) {
-      const float* xr = x + m * K;
       int8_t* qr = a->q.data() + m * K;
-      const ActParams p = act_params<RoundF32>(xr, K);
-      a->scale[m] = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
-      a->zp[m] = p.ok ? p.zp : 0.0f;
-      for (int64_t k = 0; k < K; ++k) qr[k] = p.ok ? static_cast<int8_t>(act_code<RoundF32>(xr[k], p)) : int8_t{0};
-      for (int64_t g = 0; g < G; ++g) {
-        int32_t t = 0;
-        for (int64_t k = 0; k < gs; ++k) t += qr[g * gs + k];
-        a->asum[m * G + g] = static_cast<float>(t);
-      }
-    }
-  });
-}
-
-// Per group: codes and d_g from group_codes (act_quant.h), asum = d_g * sum of the group's codes
-// (the group's dequantized activations summed; NaN for a NaN group, which makes the row NaN).
-void quantize_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
-  const int64_t K = w.K, G = w.G, gs = w.gs;
-  a->q.resize(static_cast<size_t>(M * K));
-  a->asum.resize(static_cast<size_t>(M * G));
-  a->gscale.resize(static_cast<size_t>(M * G));
-  kern::parallel_rows(M, K, [&](int64_t r0, int64_t r1) {
-    for (int64_t m = r0; m < r1; ++m) {
-      for (int64_t g = 0; g < G; ++g) {
-        int8_t* qg = a->q.data() + m * K + g * gs;
-        const float d = group_codes(x + m * K + g * gs, gs, qg);
-        int32_t t = 0;
-        for (int64_t k = 0; k < gs; ++k) t += qg[k];
-        a->gscale[m * G + g] = d;
-        a->asum[m * G + g] = d * static_cast<float>(t);
-      }
+      if (per_token) bk.quantize_token(x + m * K, K, gs, qr, a->asum.data() + m * G, &a->scale[m], &a->zp[m]);
+      else bk.quantize_groups(x + m * K, K, gs, qr, a->gscale.data() + m * G, a->asum.data() + m * G);
     }
   });
 }
@@ -174,8 +150,7 @@ Error run_linear(const Handle& h, KernelArgs args) {
   Activations act;
   const float* xf = x.ptr<float>();
   const bool int_path = h.act != Act::kFloat, per_token = h.act == Act::kInt8PerToken;
-  if (per_token) quantize_rows(xf, M, w, &act);
-  else if (int_path) quantize_groups(xf, M, w, &act);
+  if (int_path) quantize_rows(xf, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
@@ -276,6 +251,7 @@ class CpuBackend final : public Backend {
     const BlockKernels& k = block_kernels();
     out.push_back({"cpu.linear_int8_activations", kernel_isa_name(k.int_isa)});
     out.push_back({"cpu.linear_float_activations", kernel_isa_name(k.float_isa)});
+    out.push_back({"cpu.activation_quant", kernel_isa_name(k.quant_isa)});
     out.push_back({"cpu.embedding", kernel_isa_name(KernelIsa::kPortable)});
   }
 };

@@ -48,10 +48,21 @@ using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const 
 using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
                               int64_t lda, const float* asum, float* out);
 
+// Activation quantizers, one row of K values at a time (act_quant.h holds the scalar math; every
+// level gives exactly its codes). Per token (torchao's asymmetric scheme): codes q[K], group sums
+// asum[G] of the codes, the row's scale and zero point (scale NaN, codes 0 for a row holding a
+// NaN or an infinity). Per group (symmetric, gs values): codes q[K], scales d[G] and
+// asum[g] = d[g] * sum of the group's codes (d NaN for a group holding a NaN or an infinity).
+using TokenQuantFn = void (*)(const float* x, int64_t K, int64_t gs, int8_t* q, float* asum, float* scale, float* zp);
+using GroupQuantFn = void (*)(const float* x, int64_t K, int64_t gs, int8_t* q, float* d, float* asum);
+
 // Entry [MB - 1] handles MB activation rows. Each family records the level it runs at.
 struct BlockKernels {
   KernelIsa int_isa = KernelIsa::kPortable;
   KernelIsa float_isa = KernelIsa::kPortable;
+  KernelIsa quant_isa = KernelIsa::kPortable;
+  TokenQuantFn quantize_token = nullptr;
+  GroupQuantFn quantize_groups = nullptr;
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   FloatBlockFn float4[kMaxM] = {};

@@ -3,7 +3,11 @@
 #include "qkernels.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
 
+#include "act_quant.h"
 #include "qkernels_simd.h"
 
 namespace ember {
@@ -152,11 +156,139 @@ EMBER_AVX2_F16C void float_block(const uint8_t* codes, int64_t G, int64_t wpg, c
   float_half<BITS, MB>(codes, G, wpg, co, x, lda, asum, out, 1);
 }
 
+// ---- activation quantizers (qkernels.h): act_quant.h's codes, 8 lanes at a time, the tail of a
+// group in scalar code. Every step is the scalar one, so the codes are identical.
+
+EMBER_AVX2_F16C inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+EMBER_AVX2_F16C inline float hmin256(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
+}
+
+EMBER_AVX2_F16C inline int32_t hsum256(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+// 8 integral floats in [-128, 127] -> 8 int8 codes at q; returns them as int32 lanes.
+EMBER_AVX2_F16C inline __m256i store_codes8(__m256 r, int8_t* q) {
+  const __m256i i = _mm256_cvtps_epi32(r);
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));  // exact: in range
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(w, w));
+  return i;
+}
+
+EMBER_AVX2_F16C void quantize_groups_avx2(const float* x, int64_t K, int64_t gs, int8_t* q, float* d, float* asum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(FLT_MAX);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const int64_t vec = gs / 8 * 8;
+  for (int64_t g = 0; g < K / gs; ++g) {
+    const float* xg = x + g * gs;
+    int8_t* qg = q + g * gs;
+    __m256 amax = _mm256_setzero_ps();
+    int bad = 0;
+    for (int64_t k = 0; k < vec; k += 8) {
+      const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(xg + k));
+      bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // NaN or infinity
+      amax = _mm256_max_ps(amax, a);
+    }
+    float am = hmax256(amax);
+    for (int64_t k = vec; k < gs; ++k) {
+      const float a = std::fabs(xg[k]);
+      bad |= !(a <= FLT_MAX);
+      am = std::max(am, a);
+    }
+    if (bad) {
+      std::fill(qg, qg + gs, int8_t{0});
+      d[g] = asum[g] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float dg = am / 127.0f;
+    int32_t total = 0;
+    if (dg > 0.0f) {
+      const __m256 dv = _mm256_set1_ps(dg);
+      __m256i sum = _mm256_setzero_si256();
+      for (int64_t k = 0; k < vec; k += 8) {
+        __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(xg + k), dv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+        sum = _mm256_add_epi32(sum, store_codes8(r, qg + k));
+      }
+      total = hsum256(sum);
+      for (int64_t k = vec; k < gs; ++k) {
+        qg[k] = static_cast<int8_t>(std::min(std::max(round_half_even(xg[k] / dg), -127.0f), 127.0f));
+        total += qg[k];
+      }
+    } else {
+      std::fill(qg, qg + gs, int8_t{0});
+    }
+    d[g] = dg;
+    asum[g] = dg * static_cast<float>(total);
+  }
+}
+
+EMBER_AVX2_F16C void quantize_token_avx2(const float* x, int64_t K, int64_t gs, int8_t* q, float* asum, float* scale,
+                                         float* zp) {
+  const int64_t vec = K / 8 * 8;
+  __m256 vlo = _mm256_setzero_ps(), vhi = _mm256_setzero_ps();
+  int nan = 0;
+  for (int64_t k = 0; k < vec; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    vlo = _mm256_min_ps(vlo, v);
+    vhi = _mm256_max_ps(vhi, v);
+  }
+  float lo = hmin256(vlo), hi = hmax256(vhi);
+  for (int64_t k = vec; k < K; ++k) {
+    nan |= x[k] != x[k];
+    lo = std::min(lo, x[k]);
+    hi = std::max(hi, x[k]);
+  }
+  const ActParams p = act_params_from_range<RoundF32>(lo, hi, nan != 0);
+  *scale = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
+  *zp = p.ok ? p.zp : 0.0f;
+  if (!p.ok) {
+    std::fill(q, q + K, int8_t{0});
+    std::fill(asum, asum + K / gs, 0.0f);
+    return;
+  }
+  const __m256 inv = _mm256_set1_ps(p.inv), zpv = _mm256_set1_ps(p.zp);
+  const __m256 tlo = _mm256_set1_ps(-1024.0f), thi = _mm256_set1_ps(1024.0f);
+  const __m256 qlo = _mm256_set1_ps(-128.0f), qhi = _mm256_set1_ps(127.0f);
+  const int64_t gvec = gs / 8 * 8;
+  for (int64_t g = 0; g < K / gs; ++g) {
+    const float* xg = x + g * gs;
+    int8_t* qg = q + g * gs;
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t k = 0; k < gvec; k += 8) {
+      __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg + k), inv);
+      t = _mm256_min_ps(_mm256_max_ps(t, tlo), thi);
+      __m256 r = _mm256_add_ps(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zpv);
+      r = _mm256_min_ps(_mm256_max_ps(r, qlo), qhi);
+      sum = _mm256_add_epi32(sum, store_codes8(r, qg + k));
+    }
+    int32_t total = hsum256(sum);
+    for (int64_t k = gvec; k < gs; ++k) {
+      qg[k] = static_cast<int8_t>(act_code<RoundF32>(xg[k], p));
+      total += qg[k];
+    }
+    asum[g] = static_cast<float>(total);
+  }
+}
+
 }  // namespace
 
 void add_avx2_block_kernels(BlockKernels& t) {
   if (!cpu_features().f16c) return;  // the kernels read fp16 scales with F16C
-  t.int_isa = t.float_isa = KernelIsa::kAvx2;
+  t.int_isa = t.float_isa = t.quant_isa = KernelIsa::kAvx2;
+  t.quantize_token = quantize_token_avx2;
+  t.quantize_groups = quantize_groups_avx2;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
   t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,

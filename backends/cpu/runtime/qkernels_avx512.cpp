@@ -4,7 +4,10 @@
 #include "qkernels.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <limits>
 
+#include "act_quant.h"
 #include "qkernels_simd.h"
 
 namespace ember {
@@ -131,10 +134,101 @@ EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, cons
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }
 
+// ---- activation quantizers (qkernels.h): act_quant.h's codes, 16 lanes at a time ----------------
+// Every step is the scalar one (IEEE division and multiplication, round half to even, the same
+// clamps), so the codes are identical; only the order of exact operations (max, min, integer sums)
+// differs.
+
+EMBER_AVX512 inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// Codes of n values (n <= 16, lanes past n are not stored) as int32 lanes, stored as int8.
+EMBER_AVX512 inline __m512i store_codes(__m512 r, int8_t* q, __mmask16 m) {
+  const __m512i i = _mm512_cvtps_epi32(r);  // r holds integers: exact
+  _mm_mask_storeu_epi8(q, m, _mm512_cvtepi32_epi8(i));
+  return _mm512_maskz_mov_epi32(m, i);
+}
+
+EMBER_AVX512 void quantize_groups_avx512(const float* x, int64_t K, int64_t gs, int8_t* q, float* d, float* asum) {
+  const __m512 big = _mm512_set1_ps(FLT_MAX), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t g = 0; g < K / gs; ++g) {
+    const float* xg = x + g * gs;
+    int8_t* qg = q + g * gs;
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t k = 0; k < gs; k += 16) {
+      const __mmask16 m = tail_mask(gs - k);
+      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, xg + k));
+      bad |= _mm512_mask_cmp_ps_mask(m, a, big, _CMP_NLE_UQ);  // NaN or infinity
+      amax = _mm512_max_ps(amax, a);
+    }
+    if (bad) {
+      std::fill(qg, qg + gs, int8_t{0});
+      d[g] = asum[g] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float dg = _mm512_reduce_max_ps(amax) / 127.0f;
+    __m512i sum = _mm512_setzero_si512();
+    if (dg > 0.0f) {
+      const __m512 dv = _mm512_set1_ps(dg);
+      for (int64_t k = 0; k < gs; k += 16) {
+        const __mmask16 m = tail_mask(gs - k);
+        __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(m, xg + k), dv),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+        sum = _mm512_add_epi32(sum, store_codes(r, qg + k, m));
+      }
+    } else {
+      std::fill(qg, qg + gs, int8_t{0});
+    }
+    d[g] = dg;
+    asum[g] = dg * static_cast<float>(_mm512_reduce_add_epi32(sum));
+  }
+}
+
+EMBER_AVX512 void quantize_token_avx512(const float* x, int64_t K, int64_t gs, int8_t* q, float* asum, float* scale,
+                                        float* zp) {
+  __m512 vlo = _mm512_setzero_ps(), vhi = _mm512_setzero_ps();  // masked-off lanes load 0: no effect
+  __mmask16 nan = 0;
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vlo = _mm512_min_ps(vlo, v);
+    vhi = _mm512_max_ps(vhi, v);
+  }
+  const ActParams p = act_params_from_range<RoundF32>(_mm512_reduce_min_ps(vlo), _mm512_reduce_max_ps(vhi), nan != 0);
+  *scale = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
+  *zp = p.ok ? p.zp : 0.0f;
+  if (!p.ok) {
+    std::fill(q, q + K, int8_t{0});
+    std::fill(asum, asum + K / gs, 0.0f);
+    return;
+  }
+  const __m512 inv = _mm512_set1_ps(p.inv), zpv = _mm512_set1_ps(p.zp);
+  const __m512 tlo = _mm512_set1_ps(-1024.0f), thi = _mm512_set1_ps(1024.0f);
+  const __m512 qlo = _mm512_set1_ps(-128.0f), qhi = _mm512_set1_ps(127.0f);
+  for (int64_t g = 0; g < K / gs; ++g) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t k = g * gs; k < (g + 1) * gs; k += 16) {
+      const __mmask16 m = tail_mask((g + 1) * gs - k);
+      __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv);
+      t = _mm512_min_ps(_mm512_max_ps(t, tlo), thi);
+      __m512 r = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zpv);
+      r = _mm512_min_ps(_mm512_max_ps(r, qlo), qhi);
+      sum = _mm512_add_epi32(sum, store_codes(r, q + k, m));
+    }
+    asum[g] = static_cast<float>(_mm512_reduce_add_epi32(sum));
+  }
+}
+
 }  // namespace
 
 void add_avx512_block_kernels(BlockKernels& t) {
-  t.int_isa = t.float_isa = KernelIsa::kAvx512;
+  t.int_isa = t.float_isa = t.quant_isa = KernelIsa::kAvx512;
+  t.quantize_token = quantize_token_avx512;
+  t.quantize_groups = quantize_groups_avx512;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
   t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,

@@ -1,6 +1,9 @@
 // Portable C++ block kernels of the CPU delegate (see qkernels.h for what they compute).
 #include "qkernels.h"
 
+#include <limits>
+
+#include "act_quant.h"
 #include "ember/runtime/dtype.h"
 
 namespace ember {
@@ -80,10 +83,33 @@ void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
   block<BITS, MB, float, float>(codes, G, wpg, co, x, lda, asum, nullptr, out);
 }
 
+void quantize_token(const float* x, int64_t K, int64_t gs, int8_t* q, float* asum, float* scale, float* zp) {
+  const ActParams p = act_params<RoundF32>(x, K);
+  *scale = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
+  *zp = p.ok ? p.zp : 0.0f;
+  for (int64_t k = 0; k < K; ++k) q[k] = p.ok ? static_cast<int8_t>(act_code<RoundF32>(x[k], p)) : int8_t{0};
+  for (int64_t g = 0; g < K / gs; ++g) {
+    int32_t t = 0;
+    for (int64_t k = 0; k < gs; ++k) t += q[g * gs + k];
+    asum[g] = static_cast<float>(t);
+  }
+}
+
+void quantize_groups(const float* x, int64_t K, int64_t gs, int8_t* q, float* d, float* asum) {
+  for (int64_t g = 0; g < K / gs; ++g) {
+    d[g] = group_codes(x + g * gs, gs, q + g * gs);
+    int32_t t = 0;
+    for (int64_t k = 0; k < gs; ++k) t += q[g * gs + k];
+    asum[g] = d[g] * static_cast<float>(t);
+  }
+}
+
 }  // namespace
 
 void add_portable_block_kernels(BlockKernels& t) {
-  t.int_isa = t.float_isa = KernelIsa::kPortable;
+  t.int_isa = t.float_isa = t.quant_isa = KernelIsa::kPortable;
+  t.quantize_token = quantize_token;
+  t.quantize_groups = quantize_groups;
   t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
   t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
   t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,

@@ -25,6 +25,7 @@
 #include "ember/runtime/evalue.h"
 #include "ember/runtime/kernel.h"
 #include "ember/runtime/state.h"
+#include "ember/runtime/thread_pool.h"
 
 namespace ember {
 
@@ -99,6 +100,8 @@ class Method {
   bool profile_ = false;
   std::vector<double> profile_seconds_;
   std::vector<uint64_t> profile_calls_;
+  PoolProfile profile_pool_;       // this method's share of the pool's synchronization totals
+  uint64_t profile_executions_ = 0;
   void print_profile() const;
 };
 

@@ -47,6 +47,17 @@ int get_num_threads();
 // the count reached), or Error::ok(). Cleared by a set_num_threads that starts all its workers.
 Error thread_pool_error();
 
+// Synchronization accounting for EMBER_PROFILE. Off by default (it reads the clock around every
+// parallel loop); while on, each parallel_for that uses more than one thread adds to the totals.
+struct PoolProfile {
+  uint64_t loops = 0;         // parallel loops run on more than one thread
+  double caller_wait_s = 0;   // the calling thread waiting at loop ends for the workers to finish
+  double worker_busy_s = 0;   // worker threads running chunks, summed over the workers
+};
+void set_pool_profiling(bool on);
+// Totals since the process started (only loops run while profiling was on count).
+PoolProfile pool_profile();
+
 // Runs fn(begin, end) over chunks of [0, n). `grain` is the smallest chunk worth a thread.
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn);
 
