@@ -2,6 +2,9 @@
 
 SIGTERM and Ctrl-C stop accepting connections, let the requests in flight finish for up to
 --shutdown-timeout seconds, cancel the rest (each stops at its next token), and exit 0.
+
+With --ray the same app runs as a Ray Serve deployment of --replicas copies behind Ray's HTTP
+proxy (ember.llm.serve.ray_deployment), on a local Ray or a cluster (--ray-address).
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ import argparse
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ember.llm.serve.config import ServeConfig
 
 __all__ = ["register"]
 
@@ -35,10 +42,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="S",
                    help="on SIGTERM / Ctrl-C, seconds to let requests in flight finish before cancelling them")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    ray = p.add_argument_group("scaling out with Ray Serve (needs the ray extra: pip install 'ember[ray]')")
+    ray.add_argument("--ray", action="store_true",
+                     help="serve as a Ray Serve deployment: --replicas copies, each loading FILE with its own "
+                          "--sessions, behind Ray's HTTP proxy on --host/--port")
+    ray.add_argument("--replicas", type=int, default=None, metavar="N",
+                     help="with --ray: copies of the server (default 1); each reserves --threads CPUs (1 if unset)")
+    ray.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                     help="with --ray: the Ray cluster to join ('auto': the one this node joined with `ray start`, "
+                          "or HEAD:6379); default: start a local Ray for this process")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.ray:
+        return _run_ray(args)
+    if args.replicas is not None:
+        print(f"ember serve: --replicas {args.replicas} needs --ray (replicas are Ray Serve replicas): add --ray, "
+              "or use --sessions N for more conversations in this one process", file=sys.stderr)
+        return 2
+    if args.ray_address is not None:
+        print(f"ember serve: --ray-address {args.ray_address} needs --ray: add --ray", file=sys.stderr)
+        return 2
     try:
         import uvicorn
 
@@ -47,14 +72,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ember serve needs the serve extra ({error.name} is missing): pip install 'ember[serve]'",
               file=sys.stderr)
         return 2
-    from ember.llm.serve.config import ServeConfig
     from ember.runtime.errors import EmberError
 
     try:
-        config = ServeConfig(
-            path=args.file, model_name=args.model_name, host=args.host, port=args.port, sessions=args.sessions,
-            max_queue=args.max_queue, api_key=args.api_key or os.environ.get("EMBER_API_KEY") or None,
-            threads=args.threads, mmap=args.mmap, shutdown_timeout_s=args.shutdown_timeout)
+        config = _config(args)
         app = create_app(config)
     except (ValueError, EmberError) as error:
         print(f"ember serve: {error}", file=sys.stderr)
@@ -68,3 +89,40 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: None)
     server.run()
     return 0 if server.started else 1
+
+
+def _config(args: argparse.Namespace) -> "ServeConfig":
+    from ember.llm.serve.config import ServeConfig
+
+    return ServeConfig(
+        path=args.file, model_name=args.model_name, host=args.host, port=args.port, sessions=args.sessions,
+        max_queue=args.max_queue, api_key=args.api_key or os.environ.get("EMBER_API_KEY") or None,
+        threads=args.threads, mmap=args.mmap, shutdown_timeout_s=args.shutdown_timeout)
+
+
+def _run_ray(args: argparse.Namespace) -> int:
+    from ember.llm.serve.config import RayConfig
+
+    try:
+        config = _config(args)
+        ray_config = RayConfig(replicas=1 if args.replicas is None else args.replicas, address=args.ray_address)
+    except ValueError as error:
+        print(f"ember serve: {error}", file=sys.stderr)
+        return 2
+    from ember.llm.serve import ray_deployment
+
+    try:
+        import ember.llm.serve.app  # noqa: F401  (each replica builds this app: a missing extra fails here, once)
+    except ImportError as error:
+        print(f"ember serve --ray needs the ray extra ({error.name} is missing): pip install 'ember[ray]'",
+              file=sys.stderr)
+        return 2
+    try:
+        ray_deployment.run(config, ray_config, log_level=args.log_level)
+    except (ray_deployment.RayMissingError, ValueError) as error:
+        print(f"ember serve: {error}", file=sys.stderr)
+        return 2
+    except ray_deployment.DeploymentFailedError as error:
+        print(f"ember serve: {error} (the replicas' log above has the details)", file=sys.stderr)
+        return 1
+    return 0

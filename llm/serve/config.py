@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["ServeConfig"]
+__all__ = ["RayConfig", "ServeConfig"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,25 @@ class ServeConfig:
             raise ValueError(f"ServeConfig.shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
 
 
-def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+@dataclass(frozen=True)
+class RayConfig:
+    """How `ember serve --ray` runs the app as a Ray Serve deployment.
+
+    replicas: copies of the app, each a Ray actor that loads the file itself with its own
+    `ServeConfig.sessions`; address: the Ray cluster to join: None starts a local Ray on this
+    machine (stopped again on exit), "auto" joins the cluster this node was added to with
+    `ray start`, "HOST:PORT" the cluster whose head node listens there."""
+
+    replicas: int = 1
+    address: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("replicas", self.replicas, 1, 4096, owner="RayConfig")
+        if self.address is not None and (not isinstance(self.address, str) or not self.address.strip()):
+            raise ValueError(f"RayConfig.address must be None (a local Ray), 'auto' or 'HOST:PORT', "
+                             f"got {self.address!r}")
+
+
+def _check_int(name: str, value: object, lo: int, hi: int, owner: str = "ServeConfig") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"ServeConfig.{name} must be an int in [{lo}, {hi}], got {value!r}")
+        raise ValueError(f"{owner}.{name} must be an int in [{lo}, {hi}], got {value!r}")
