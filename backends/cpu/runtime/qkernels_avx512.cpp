@@ -95,6 +95,34 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }
 
+// 4-bit codes x fp32 activations, one activation row: the nibble of column i becomes its float
+// through VPERMPS over the table 0..15 (the permute reads only the low 4 bits of each lane's index,
+// so the shifted word needs no mask and no conversion), and four FMA chains instead of two.
+EMBER_AVX512 void float4_block_row(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
+                                   int64_t, const float* asum, float* out) {
+  const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc[1] = {_mm512_setzero_ps()};
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
+    for (int64_t j = 0; j < wpg; ++j) {
+      const int64_t w = g * wpg + j;
+      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      const float* xw = x + w * 8;
+      c0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, lut), _mm512_set1_ps(xw[0]), c0);
+      c1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), _mm512_set1_ps(xw[4]), c1);
+      c2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), lut), _mm512_set1_ps(xw[1]), c2);
+      c3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), lut), _mm512_set1_ps(xw[5]), c3);
+      c0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), lut), _mm512_set1_ps(xw[2]), c0);
+      c1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), lut), _mm512_set1_ps(xw[6]), c1);
+      c2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), lut), _mm512_set1_ps(xw[3]), c2);
+      c3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), lut), _mm512_set1_ps(xw[7]), c3);
+    }
+    __m512 p[1] = {_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3))};
+    group_step512<1>(co, g, p, asum + g, G, acc);
+  }
+  _mm512_storeu_ps(out, acc[0]);
+}
+
 // Codes x fp32 activations: column i of a word is (word >> shift_i) & mask, converted to fp32.
 template <int BITS, int MB>
 EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
@@ -231,7 +259,8 @@ void add_avx512_block_kernels(BlockKernels& t) {
   t.quantize_groups = quantize_groups_avx512;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
-  t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,
+  // decode (one activation row) takes the table-lookup kernel: +3-5% decode on the gguf file (Zen 4)
+  t.float4[0] = float4_block_row, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,
   t.float4[3] = float_block<4, 4>;
   t.float8[0] = float_block<8, 1>, t.float8[1] = float_block<8, 2>, t.float8[2] = float_block<8, 3>,
   t.float8[3] = float_block<8, 4>;
