@@ -1,6 +1,8 @@
 """Export a model with every quantization recipe and print one table: size, quality, speed.
 
-    python evals/quant_report.py SOURCE [--recipes fp32,q8,q4,8da4w,gguf,...] [--tokens 4096]
+    python evals/quant_report.py SOURCE [--recipes fp32,q8,q4,8da4w,gguf,gguf-a8,...] [--tokens 4096]
+
+A name ending in "-a8" is that recipe exported with ``--qactivations int8``.
 
 For each recipe: ``export_llm(SOURCE, quant=recipe, logits="all")``, then ``ember.evals.evaluate``
 against SOURCE run in transformers at fp32 (perplexity, ratio, mean KL, top-1 agreement). The
@@ -30,11 +32,19 @@ EXTRA_RECIPES = {
     "4w-g32-hqq": "--qlinear 4w --qlinear-group-size 32 --qlinear-algorithm hqq --qembedding 8w",
     "8da4w-g32-asym-float": "--qlinear 8da4w --qlinear-group-size 32 --qlinear-mapping asym-float --qscale-dtype float16 --qembedding 8w",
 }
-DEFAULT_RECIPES = "fp32,q8,q4,8da4w,gguf,8w,8da8w,4w-g32-sym,4w-g32-asym,4w-g32-hqq,8da4w-g32-asym-float"
+DEFAULT_RECIPES = ("fp32,q8,q4,8da4w,gguf,q4-a8,gguf-a8,8w,8da8w,4w-g32-sym,4w-g32-asym,4w-g32-hqq,"
+                   "8da4w-g32-asym-float")
+A8_SUFFIX = "-a8"  # any recipe + "-a8": its weight-only linears with int8 activations (--qactivations int8)
+
+
+def _activations(name: str) -> tuple[str, str]:
+    """A report name -> (recipe name, qactivations)."""
+    return (name[: -len(A8_SUFFIX)], "int8") if name.endswith(A8_SUFFIX) else (name, "float")
 
 
 def _quant(name: str) -> Any:
     """A recipe name -> what export_llm's ``quant`` takes."""
+    name = _activations(name)[0]
     from ember.quant.cli_args import add_quant_arguments, recipe_from_args
     from ember.quant.presets import preset_names
 
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             try:
                 export_llm(source, path, quant=quants[name], logits="all", max_context_len=args.window,
-                           max_seq_len=min(args.window, 128), progress=False)
+                           max_seq_len=min(args.window, 128), progress=False, qactivations=_activations(name)[1])
             except ValueError as exc:  # e.g. gguf for a non-GGUF source
                 print(f"{name}: skipped ({exc})", file=sys.stderr)
                 continue
