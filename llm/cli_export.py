@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         export_llm(args.source, args.output, max_context_len=args.max_context_len, max_seq_len=args.max_seq_len,
                    dtype=args.dtype, quant=quant, backend=args.backend, logits=args.logits, progress=not args.quiet,
-                   qactivations=args.qactivations)
+                   qactivations=args.qactivations, kv_dtype=args.kv_dtype)
     except (SourceError, ValueError, FileNotFoundError) as exc:
         print(f"ember export: {exc}", file=sys.stderr)
         return 1
@@ -51,6 +51,10 @@ def register(sub: Any) -> None:
                    help="most tokens one forward call takes, i.e. the prefill chunk (default: 128)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weight and activation dtype (default: float32)")
+    p.add_argument("--kv-dtype", default="auto", choices=["auto", "fp32", "fp16", "int8"],
+                   help="what the KV cache stores: 'auto' (default) the activations' dtype; 'fp16' half the bytes; "
+                        "'int8' codes with one scale per token and head, about a quarter: at long context the cache, "
+                        "not the weights, is most of what a quantized decode step reads")
     p.add_argument("--backend", default="auto",
                    help="delegate backend: 'auto' (default) takes 'cpu' for quantized exports (weights packed for "
                         "the CPU's int8 kernels) and the portable kernels for full precision; 'portable' opts out; "

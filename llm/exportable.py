@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 
 from . import hf_compat
 from .adapters import FamilyAdapter, ModelQuirks, get_adapter
-from .config import ExportConfig, LogitsMode
+from .config import ExportConfig, KVDType, LogitsMode
 from .kv_cache import StaticKVCache
 
 __all__ = ["ExportableLLM"]
@@ -38,7 +38,9 @@ class ExportableLLM(nn.Module):
         hf_compat.use_ember_attention(model)
         self.model = model
         dtype = next(model.parameters()).dtype
-        self.cache = StaticKVCache(self, hf_compat.cache_geometry(hf_config, config.max_context_len), dtype)
+        kv_dtype = {KVDType.AUTO: dtype, KVDType.FP32: torch.float32, KVDType.FP16: torch.float16,
+                    KVDType.INT8: torch.int8}[config.kv_dtype]
+        self.cache = StaticKVCache(self, hf_compat.cache_geometry(hf_config, config.max_context_len), kv_dtype)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         """tokens: int64 [1, T]; input_pos: int64 [1] -> logits [1, vocab] ("last") or [1, T, vocab] ("all")."""

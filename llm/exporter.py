@@ -52,6 +52,8 @@ def build_metadata(loaded: LoadedSource, wrapper: ExportableLLM, config: ExportC
         "llm.max_context_len": config.max_context_len,
         "llm.vocab_size": wrapper.vocab_size,
         "llm.logits": config.logits.value,
+        "llm.kv_dtype": {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+                         torch.int8: "int8"}[wrapper.cache.dtype],
         "llm.eos_ids": eos_ids,
         "llm.n_layers": geometry.n_layers,
         "llm.n_kv_heads": geometry.n_kv_heads,
@@ -231,6 +233,7 @@ def export_llm(
     tokenizer: Any = None,
     progress: bool = True,
     qactivations: str = "float",
+    kv_dtype: str = "auto",
 ):
     """Export a decoder-only HF LLM to one ``.ember`` file and return the lowered ``Program``.
 
@@ -251,10 +254,13 @@ def export_llm(
         default) or "int8" (dynamic int8 per group of the weight's group size, as llama.cpp's
         Q8_0 activations: much faster on the CPU delegate, at a small quality cost; see
         ``ember.quant.activations``). Needs ``quant``.
+    kv_dtype: what the KV cache stores: "auto" (the activations' dtype), "fp32", "fp16" or "int8"
+        (int8 codes with one fp32 scale per token and head; ``ember::quantize_kv``).
     """
     from ember.quant.activations import LinearActivations
 
-    config = ExportConfig(max_context_len=max_context_len, max_seq_len=max_seq_len, dtype=dtype, logits=logits)
+    config = ExportConfig(max_context_len=max_context_len, max_seq_len=max_seq_len, dtype=dtype, logits=logits,
+                          kv_dtype=kv_dtype)
     quant = _quant_arg(quant)  # a bad preset fails here, before anything loads
     qactivations = LinearActivations.parse(qactivations)
     if quant is None and qactivations is not LinearActivations.FLOAT:

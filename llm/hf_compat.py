@@ -8,7 +8,8 @@ Quirks relied on (re-check these when upgrading transformers):
   families with windows/capping add ``sliding_window=`` (None or int, also passed
   for every layer by mistral/phi3) and ``softcap=`` (None or float, gemma2).
   Extra keyword arguments given to ``model(...)`` reach ``fn`` through ``**kwargs``:
-  that is how the step's ``input_pos`` gets to the attention.
+  that is how the step's ``input_pos`` (and ember's cache, for an int8 cache's scales) gets
+  to the attention; ``module.layer_idx`` names the layer.
 - An attention name that is NOT registered in ``AttentionMaskInterface`` makes
   ``create_causal_mask``/``create_sliding_window_causal_mask`` return None without
   building a [T, S] mask (masking_utils._preprocess_mask_arguments): attend_cache
@@ -48,6 +49,7 @@ __all__ = [
 ATTN_IMPLEMENTATION = "ember_attend_cache"
 INPUT_POS_KWARG = "ember_input_pos"
 LAYERS_KWARG = "ember_layers"
+CACHE_KWARG = "ember_cache"
 
 
 def _ember_attention(
@@ -84,7 +86,12 @@ def _ember_attention(
                 f"the family adapter expects {layer}; the adapter is out of date for this transformers version"
             )
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
-    out = torch.ops.ember.attend_cache(query, key, value, input_pos, scale, window, cap)  # [B, T, Hq, D]
+    cache: StaticKVCache | None = kwargs.get(CACHE_KWARG)
+    if cache is not None and cache.quantized:
+        k_scales, v_scales = cache.scales(module.layer_idx)  # fp32 [B, Hkv, S, 1]
+        out = torch.ops.ember.attend_cache_int8(query, key, k_scales, value, v_scales, input_pos, scale, window, cap)
+    else:
+        out = torch.ops.ember.attend_cache(query, key, value, input_pos, scale, window, cap)  # [B, T, Hq, D]
     return out, None
 
 
@@ -181,7 +188,7 @@ def causal_lm_logits(
         use_cache=True,
         logits_to_keep=1 if last_only else 0,
         return_dict=True,
-        **{INPUT_POS_KWARG: input_pos, LAYERS_KWARG: layers},
+        **{INPUT_POS_KWARG: input_pos, LAYERS_KWARG: layers, CACHE_KWARG: cache},
     )
     return out.logits
 

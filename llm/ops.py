@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["attend_cache"]
+__all__ = ["attend_cache", "quantize_kv", "attend_cache_int8"]
 
 
 @torch.library.custom_op("ember::attend_cache", mutates_args=())
@@ -87,5 +87,71 @@ def attend_cache(
 
 @attend_cache.register_fake
 def _attend_cache_fake(q, k_cache, v_cache, input_pos, scale, sliding_window, softcap):
+    batch, n_q_heads, n_queries, head_dim = q.shape
+    return q.new_empty((batch, n_queries, n_q_heads, head_dim))
+
+
+@torch.library.custom_op("ember::quantize_kv", mutates_args=())
+def quantize_kv(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys or values of a step in int8 with one scale per token and head (the int8 KV cache).
+
+    ``ember::quantize_kv(Tensor x) -> (Tensor codes, Tensor scales)``
+
+    Shapes and dtypes:
+      - x:       [B, H, T, D], float (fp32/bf16/fp16)
+      - codes:   int8 [B, H, T, D]
+      - scales:  float32 [B, H, T, 1]
+
+    Semantics (the C++ kernel implements exactly this, bit for bit):
+      - s = max_d |x[..., d]| / 127 in fp32 (symmetric, one scale per row of D values);
+      - codes = clamp(round_half_even(x / s), -127, 127); a row of zeros gets s = 0, codes 0;
+      - a row holding a NaN or an infinity gets s = NaN and codes 0, so attention over it gives
+        NaN (as the fp32 cache would) instead of a silently wrong number.
+      Dequantized, a row is codes * s (what ``attend_cache_int8`` reads).
+    """
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)  # [B, H, T, 1]
+    finite = torch.isfinite(amax)
+    scales = amax / 127.0
+    safe = torch.where((scales > 0) & finite, scales, torch.ones_like(scales))
+    codes = torch.round(xf / safe).clamp(-127, 127)
+    codes = torch.where((scales > 0) & finite, codes, torch.zeros_like(codes)).to(torch.int8)
+    scales = torch.where(finite, scales, torch.full_like(scales, float("nan")))
+    return codes, scales
+
+
+@quantize_kv.register_fake
+def _quantize_kv_fake(x):
+    return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+@torch.library.custom_op("ember::attend_cache_int8", mutates_args=())
+def attend_cache_int8(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    k_scales: torch.Tensor,
+    v_cache: torch.Tensor,
+    v_scales: torch.Tensor,
+    input_pos: torch.Tensor,
+    scale: float,
+    sliding_window: int,
+    softcap: float,
+) -> torch.Tensor:
+    """``attend_cache`` over an int8 cache: keys and values are ``codes * scales`` (``quantize_kv``).
+
+    ``ember::attend_cache_int8(Tensor q, Tensor k_cache, Tensor k_scales, Tensor v_cache,
+    Tensor v_scales, Tensor input_pos, float scale, int sliding_window, float softcap) -> Tensor``
+
+      - k_cache, v_cache: int8 [B, Hkv, S, D]; k_scales, v_scales: float32 [B, Hkv, S, 1].
+      - Everything else, the result included, as ``attend_cache``: the cache rows are dequantized
+        in fp32 (code * scale) and attended exactly as an fp32 cache holding those values.
+    """
+    keys = k_cache.float() * k_scales  # [B, Hkv, S, D]
+    values = v_cache.float() * v_scales  # [B, Hkv, S, D]
+    return attend_cache(q, keys, values, input_pos, scale, sliding_window, softcap)
+
+
+@attend_cache_int8.register_fake
+def _attend_cache_int8_fake(q, k_cache, k_scales, v_cache, v_scales, input_pos, scale, sliding_window, softcap):
     batch, n_q_heads, n_queries, head_dim = q.shape
     return q.new_empty((batch, n_queries, n_q_heads, head_dim))

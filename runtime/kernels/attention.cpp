@@ -116,13 +116,53 @@ float capped_softmax(float* s, int64_t n, float sc, float cap, float* mx) {
   return scaled_softmax_f32(s, n, 1.0f, mx);
 }
 
-// Decode (T == 1, fp32): the attended keys are split into chunks across threads (flash-decoding);
-// a task handles one (batch, kv head, chunk) for all query heads sharing that kv head, so each
-// K/V row is read once per step, and the chunks' partial softmax results are merged exactly.
-void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int64_t pos, float sc, int64_t window,
-                       float cap, Tensor& out) {
+// One cache of attend_cache / attend_cache_int8 as fp32 rows: the [B * Hkv * S, D] rows of an fp32
+// cache are read in place; fp16 / bf16 rows, or int8 codes times their row's fp32 scale, are
+// turned into fp32 rows in a caller's buffer, a block at a time (the block stays in L1 for the
+// math that follows, so the cache itself is read once, at its own width).
+struct CacheRows {
+  const Tensor* t = nullptr;
+  const float* scales = nullptr;  // int8 caches: one scale per row
+  int64_t D = 0;
+
+  bool in_place() const { return t->dtype == DType::kFloat32; }
+
+  // Rows [r0, r0 + n) as fp32: a pointer into the cache, or buf[n * D] filled.
+  const float* rows(int64_t r0, int64_t n, float* buf) const {
+    if (in_place()) return t->ptr<float>() + r0 * D;
+    if (t->dtype == DType::kInt8) {
+      const int8_t* c = t->ptr<int8_t>() + r0 * D;
+      for (int64_t i = 0; i < n; ++i) {
+        const float s = scales[r0 + i];
+        for (int64_t d = 0; d < D; ++d) buf[i * D + d] = static_cast<float>(c[i * D + d]) * s;
+      }
+      return buf;
+    }
+    convert_elements(t->dtype, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r0 * D) * t->element_size(),
+                     DType::kFloat32, buf, n * D);
+    return buf;
+  }
+};
+
+// The attention of attend_cache over any cache: q [B, Hq, T, D], caches of [B, Hkv, S] rows
+// (S from the caller), out [B, T, Hq, D], already resized.
+struct AttendArgs {
+  const Tensor* q;
+  CacheRows k, v;
+  int64_t Hkv, S, pos, window;
+  float sc, cap;
+  Tensor* out;
+};
+
+// Decode (T == 1, fp32 q and out): the attended keys are split into chunks across threads
+// (flash-decoding); a task handles one (batch, kv head, chunk) for all query heads sharing that
+// kv head, so each K/V row is read once per step, and the chunks' partial softmax results are
+// merged exactly.
+void attend_decode(const AttendArgs& a) {
+  const Tensor& q = *a.q;
   const int64_t B = q.sizes[0], Hq = q.sizes[1], D = q.sizes[3];
-  const int64_t Hkv = kc.sizes[1], S = kc.sizes[2], group = Hq / Hkv;
+  const int64_t Hkv = a.Hkv, S = a.S, group = Hq / Hkv, pos = a.pos, window = a.window;
+  const float sc = a.sc, cap = a.cap;
   const int64_t hi = pos + 1, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, n = hi - lo;
   // Very short contexts run on the calling thread: waking the pool costs more than the work.
   // (Beyond that, the cache rows come from DRAM: the weight stream evicts them every token.)
@@ -148,13 +188,13 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
   // row comes from memory once and is reused from L1 by the other heads of its group.
   constexpr int64_t kBlock = 64;
   auto body = [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> scores, rowbuf;
     scores.resize(static_cast<size_t>(group * chunk));
+    rowbuf.resize(static_cast<size_t>(kBlock * D));
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t c = task % nchunks, hk = (task / nchunks) % Hkv, b = task / (nchunks * Hkv);
       const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk), nk = k1 - k0;
-      const float* K = kc.ptr<float>() + ((b * Hkv + hk) * S + k0) * D;
-      const float* V = vc.ptr<float>() + ((b * Hkv + hk) * S + k0) * D;
+      const int64_t row0 = (b * Hkv + hk) * S + k0;  // the chunk's first cache row
       const float* qg = qp + (b * Hq + hk * group) * D;  // the group's query heads, D apart
       float* const sl0 = part + task * group * slot;
       for (int64_t g = 0; g < group; ++g) {
@@ -166,7 +206,8 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
       if (nk <= 0) continue;
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);
-        for (int64_t g = 0; g < group; ++g) gemv_rows_f32(qg + g * D, K + j0 * D, D, D, 0, nb, scores.data() + g * chunk + j0);
+        const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
+        for (int64_t g = 0; g < group; ++g) gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0);
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * chunk;
@@ -177,15 +218,16 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
       }
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);
+        const float* V = a.v.rows(row0 + j0, nb, rowbuf.data());
         for (int64_t g = 0; g < group; ++g) {
-          weighted_rows_sum_f32(scores.data() + g * chunk + j0, V + j0 * D, D, nb, D, sl0 + g * slot + 2);
+          weighted_rows_sum_f32(scores.data() + g * chunk + j0, V, D, nb, D, sl0 + g * slot + 2);
         }
       }
     }
   };
   if (parallel) parallel_for(tasks, 1, body);
   else body(0, tasks);
-  float* op = out.ptr<float>();
+  float* op = a.out->ptr<float>();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / group, g = h % group;
@@ -207,55 +249,15 @@ void attend_decode_f32(const Tensor& q, const Tensor& kc, const Tensor& vc, int6
   }
 }
 
-// ember::attend_cache(q [B,Hq,T,D], k_cache [B,Hkv,S,D], v_cache, input_pos int64[1], scale,
-// sliding_window, softcap) -> [B, T, Hq, D]. Reads only keys [lo, pos + T): cost follows the
-// number of attended keys, never the cache size S.
-Error attend_cache_k(KernelContext&, KernelArgs a) {
-  Tensor *q = nullptr, *kc = nullptr, *vc = nullptr, *pos_t = nullptr, *out = nullptr;
-  double scale = 0, softcap = 0;
-  int64_t window = 0;
-  EMBER_TRY(arg_tensor(a, 0, &q, "q"));
-  EMBER_TRY(arg_tensor(a, 1, &kc, "k_cache"));
-  EMBER_TRY(arg_tensor(a, 2, &vc, "v_cache"));
-  EMBER_TRY(arg_tensor(a, 3, &pos_t, "input_pos"));
-  EMBER_TRY(arg_double(a, 4, &scale, "scale"));
-  EMBER_TRY(arg_int(a, 5, &window, "sliding_window"));
-  EMBER_TRY(arg_double(a, 6, &softcap, "softcap"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  EMBER_CHECK_ARG(q->dim == 4 && kc->dim == 4 && vc->dim == 4, "attend_cache: q, k_cache, v_cache must be rank 4");
-  EMBER_TRY(check_floating(*q, "attend_cache q"));
-  EMBER_TRY(check_floating(*kc, "attend_cache k_cache"));
-  EMBER_TRY(check_floating(*vc, "attend_cache v_cache"));
-  EMBER_TRY(check_floating(*out, "attend_cache output"));
-  EMBER_TRY(check_index_dtype(*pos_t, "attend_cache input_pos"));
-  EMBER_CHECK_ARG(pos_t->numel() == 1, "attend_cache: input_pos must hold one position, got %" PRId64 " elements",
-                  pos_t->numel());
-  const int64_t B = q->sizes[0], Hq = q->sizes[1], T = q->sizes[2], D = q->sizes[3];
-  const int64_t Hkv = kc->sizes[1], S = kc->sizes[2];
-  char b1[96], b2[96], b3[96];
-  EMBER_CHECK_ARG(kc->sizes[0] == B && kc->sizes[3] == D && same_shape(*kc, *vc) && Hkv > 0 && Hq % Hkv == 0,
-                  "attend_cache: q=%s k_cache=%s v_cache=%s do not match (need caches [B, Hkv, S, D] with Hq %% Hkv == 0)",
-                  q->describe(b1, sizeof b1), kc->describe(b2, sizeof b2), vc->describe(b3, sizeof b3));
-  EMBER_CHECK_ARG(kc->dtype == vc->dtype, "attend_cache: k_cache is %s but v_cache is %s", dtype_name(kc->dtype),
-                  dtype_name(vc->dtype));
-  const int64_t pos = index_at(*pos_t, 0);
-  EMBER_CHECK_ARG(pos >= 0 && T <= S && pos <= S - T,
-                  "attend_cache: positions [%" PRId64 ", %" PRId64 ") do not fit the cache of %" PRId64
-                  " slots; export with a larger max_context_len or stop generating at the context end",
-                  pos, pos + T, S);
-  const int64_t osz[4] = {B, T, Hq, D};
-  EMBER_TRY(out->resize(osz, 4));
-  if (T == 1 && q->dtype == DType::kFloat32 && kc->dtype == DType::kFloat32 && out->dtype == DType::kFloat32) {
-    attend_decode_f32(*q, *kc, *vc, pos, static_cast<float>(scale), window, static_cast<float>(softcap), *out);
-    return Error::ok();
-  }
-  const int64_t group = Hq / Hkv;
-  const float sc = static_cast<float>(scale);
-  const float cap = static_cast<float>(softcap);
-  const bool kv_f32 = kc->dtype == DType::kFloat32;
-  const bool q_f32 = q->dtype == DType::kFloat32;
-  const bool out_f32 = out->dtype == DType::kFloat32;
-  // Tasks: (b, h, block of query rows).
+// Any T: tasks are (b, h, block of query rows); each reads the keys its block can see.
+void attend_rows(const AttendArgs& a) {
+  const Tensor& q = *a.q;
+  Tensor& out = *a.out;
+  const int64_t B = q.sizes[0], Hq = q.sizes[1], T = q.sizes[2], D = q.sizes[3];
+  const int64_t Hkv = a.Hkv, S = a.S, group = Hq / Hkv, pos = a.pos, window = a.window;
+  const float sc = a.sc, cap = a.cap;
+  const bool q_f32 = q.dtype == DType::kFloat32;
+  const bool out_f32 = out.dtype == DType::kFloat32;
   const int64_t tb = T >= 64 ? 16 : (T >= 8 ? 4 : 1);
   const int64_t tblocks = (T + tb - 1) / tb;
   const int64_t tasks = B * Hq * tblocks;
@@ -270,23 +272,11 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
       const int64_t hi_all = pos + i1;
       const int64_t lo_all = window > 0 ? std::max<int64_t>(0, pos + i0 - window + 1) : 0;
       const int64_t nk = hi_all - lo_all;
-      const int64_t cache_off = ((b * Hkv + hk) * S) * D;
-      const float* kbase;
-      const float* vbase;
-      if (kv_f32) {
-        kbase = kc->ptr<float>() + cache_off + lo_all * D;
-        vbase = vc->ptr<float>() + cache_off + lo_all * D;
-      } else {
-        kbuf.resize(static_cast<size_t>(nk * D));
-        vbuf.resize(static_cast<size_t>(nk * D));
-        const size_t es = kc->element_size();
-        convert_elements(kc->dtype, static_cast<const uint8_t*>(kc->data) + static_cast<size_t>(cache_off + lo_all * D) * es,
-                         DType::kFloat32, kbuf.data(), nk * D);
-        convert_elements(vc->dtype, static_cast<const uint8_t*>(vc->data) + static_cast<size_t>(cache_off + lo_all * D) * es,
-                         DType::kFloat32, vbuf.data(), nk * D);
-        kbase = kbuf.data();
-        vbase = vbuf.data();
-      }
+      const int64_t row0 = (b * Hkv + hk) * S + lo_all;
+      if (!a.k.in_place()) kbuf.resize(static_cast<size_t>(nk * D));
+      if (!a.v.in_place()) vbuf.resize(static_cast<size_t>(nk * D));
+      const float* kbase = a.k.rows(row0, nk, kbuf.data());
+      const float* vbase = a.v.rows(row0, nk, vbuf.data());
       scores.resize(static_cast<size_t>(std::max<int64_t>(nk, 1)));
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t p = pos + i;
@@ -295,9 +285,9 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
         const int64_t qoff = ((b * Hq + h) * T + i) * D;
         const float* qr;
         if (q_f32) {
-          qr = q->ptr<float>() + qoff;
+          qr = q.ptr<float>() + qoff;
         } else {
-          convert_elements(q->dtype, static_cast<const uint8_t*>(q->data) + static_cast<size_t>(qoff) * q->element_size(),
+          convert_elements(q.dtype, static_cast<const uint8_t*>(q.data) + static_cast<size_t>(qoff) * q.element_size(),
                            DType::kFloat32, qbuf.data(), D);
           qr = qbuf.data();
         }
@@ -308,12 +298,12 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
         const float sum = capped_softmax(s, n, sc, cap, &mx);
         // out[b, i, h, :]
         const int64_t ooff = ((b * T + i) * Hq + h) * D;
-        float* o = out_f32 ? out->ptr<float>() + ooff : obuf.data();
+        float* o = out_f32 ? out.ptr<float>() + ooff : obuf.data();
         std::fill(o, o + D, 0.0f);
         weighted_rows_sum_f32(s, vbase + (lo - lo_all) * D, D, n, D, o);
         const float inv = 1.0f / sum;
         for (int64_t e = 0; e < D; ++e) o[e] *= inv;
-        if (!out_f32) store_chunk<float>(out->dtype, out->data, ooff, D, o);
+        if (!out_f32) store_chunk<float>(out.dtype, out.data, ooff, D, o);
       }
     }
   };
@@ -321,6 +311,102 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
   const int64_t work = B * Hq * T * (pos + T) * D;
   if (tasks > 1 && work >= 32768) parallel_for(tasks, 1, body);
   else body(0, tasks);
+}
+
+// Checks shared by attend_cache and attend_cache_int8; resizes out to [B, T, Hq, D] and fills
+// the shape fields of *args.
+Error check_attend(const char* op, const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& pos_t,
+                   Tensor& out, AttendArgs* args) {
+  EMBER_CHECK_ARG(q.dim == 4 && kc.dim == 4 && vc.dim == 4, "%s: q, k_cache, v_cache must be rank 4", op);
+  EMBER_TRY(check_floating(q, "attention q"));
+  EMBER_TRY(check_floating(out, "attention output"));
+  EMBER_TRY(check_index_dtype(pos_t, "attention input_pos"));
+  EMBER_CHECK_ARG(pos_t.numel() == 1, "%s: input_pos must hold one position, got %" PRId64 " elements", op,
+                  pos_t.numel());
+  const int64_t B = q.sizes[0], Hq = q.sizes[1], T = q.sizes[2], D = q.sizes[3];
+  const int64_t Hkv = kc.sizes[1], S = kc.sizes[2];
+  char b1[96], b2[96], b3[96];
+  EMBER_CHECK_ARG(kc.sizes[0] == B && kc.sizes[3] == D && same_shape(kc, vc) && Hkv > 0 && Hq % Hkv == 0,
+                  "%s: q=%s k_cache=%s v_cache=%s do not match (need caches [B, Hkv, S, D] with Hq %% Hkv == 0)", op,
+                  q.describe(b1, sizeof b1), kc.describe(b2, sizeof b2), vc.describe(b3, sizeof b3));
+  EMBER_CHECK_ARG(kc.dtype == vc.dtype, "%s: k_cache is %s but v_cache is %s", op, dtype_name(kc.dtype),
+                  dtype_name(vc.dtype));
+  const int64_t pos = index_at(pos_t, 0);
+  EMBER_CHECK_ARG(pos >= 0 && T <= S && pos <= S - T,
+                  "%s: positions [%" PRId64 ", %" PRId64 ") do not fit the cache of %" PRId64
+                  " slots; export with a larger max_context_len or stop generating at the context end",
+                  op, pos, pos + T, S);
+  const int64_t osz[4] = {B, T, Hq, D};
+  EMBER_TRY(out.resize(osz, 4));
+  args->q = &q;
+  args->out = &out;
+  args->Hkv = Hkv;
+  args->S = S;
+  args->pos = pos;
+  args->k = CacheRows{&kc, nullptr, D};
+  args->v = CacheRows{&vc, nullptr, D};
+  return Error::ok();
+}
+
+void attend(const AttendArgs& a) {
+  if (a.q->sizes[2] == 1 && a.q->dtype == DType::kFloat32 && a.out->dtype == DType::kFloat32) attend_decode(a);
+  else attend_rows(a);
+}
+
+// ember::attend_cache(q [B,Hq,T,D], k_cache [B,Hkv,S,D], v_cache, input_pos int64[1], scale,
+// sliding_window, softcap) -> [B, T, Hq, D]. Reads only keys [lo, pos + T): cost follows the
+// number of attended keys, never the cache size S. Caches of any float dtype.
+Error attend_cache_k(KernelContext&, KernelArgs a) {
+  Tensor *q = nullptr, *kc = nullptr, *vc = nullptr, *pos_t = nullptr, *out = nullptr;
+  double scale = 0, softcap = 0;
+  AttendArgs args{};
+  EMBER_TRY(arg_tensor(a, 0, &q, "q"));
+  EMBER_TRY(arg_tensor(a, 1, &kc, "k_cache"));
+  EMBER_TRY(arg_tensor(a, 2, &vc, "v_cache"));
+  EMBER_TRY(arg_tensor(a, 3, &pos_t, "input_pos"));
+  EMBER_TRY(arg_double(a, 4, &scale, "scale"));
+  EMBER_TRY(arg_int(a, 5, &args.window, "sliding_window"));
+  EMBER_TRY(arg_double(a, 6, &softcap, "softcap"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  EMBER_TRY(check_floating(*kc, "attend_cache k_cache"));
+  EMBER_TRY(check_floating(*vc, "attend_cache v_cache"));
+  EMBER_TRY(check_attend("attend_cache", *q, *kc, *vc, *pos_t, *out, &args));
+  args.sc = static_cast<float>(scale);
+  args.cap = static_cast<float>(softcap);
+  attend(args);
+  return Error::ok();
+}
+
+// ember::attend_cache_int8(q, k_cache int8 [B,Hkv,S,D], k_scales f32 [B,Hkv,S,1], v_cache,
+// v_scales, input_pos, scale, sliding_window, softcap): attend_cache over rows code * scale.
+Error attend_cache_int8_k(KernelContext&, KernelArgs a) {
+  Tensor *q = nullptr, *kc = nullptr, *ks = nullptr, *vc = nullptr, *vs = nullptr, *pos_t = nullptr, *out = nullptr;
+  double scale = 0, softcap = 0;
+  AttendArgs args{};
+  EMBER_TRY(arg_tensor(a, 0, &q, "q"));
+  EMBER_TRY(arg_tensor(a, 1, &kc, "k_cache"));
+  EMBER_TRY(arg_tensor(a, 2, &ks, "k_scales"));
+  EMBER_TRY(arg_tensor(a, 3, &vc, "v_cache"));
+  EMBER_TRY(arg_tensor(a, 4, &vs, "v_scales"));
+  EMBER_TRY(arg_tensor(a, 5, &pos_t, "input_pos"));
+  EMBER_TRY(arg_double(a, 6, &scale, "scale"));
+  EMBER_TRY(arg_int(a, 7, &args.window, "sliding_window"));
+  EMBER_TRY(arg_double(a, 8, &softcap, "softcap"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
+  EMBER_CHECK_ARG(kc->dtype == DType::kInt8, "attend_cache_int8: k_cache must be int8, got %s", dtype_name(kc->dtype));
+  EMBER_TRY(check_attend("attend_cache_int8", *q, *kc, *vc, *pos_t, *out, &args));
+  char b1[96], b2[96];
+  for (const Tensor* s : {ks, vs}) {
+    const bool ok = s->dtype == DType::kFloat32 && s->dim == 4 && s->sizes[0] == kc->sizes[0] &&
+                    s->sizes[1] == kc->sizes[1] && s->sizes[2] == kc->sizes[2] && s->sizes[3] == 1;
+    EMBER_CHECK_ARG(ok, "attend_cache_int8: scales %s do not match the cache %s (need float32 [B, Hkv, S, 1])",
+                    s->describe(b1, sizeof b1), kc->describe(b2, sizeof b2));
+  }
+  args.k.scales = ks->ptr<float>();
+  args.v.scales = vs->ptr<float>();
+  args.sc = static_cast<float>(scale);
+  args.cap = static_cast<float>(softcap);
+  attend(args);
   return Error::ok();
 }
 
@@ -330,6 +416,8 @@ void register_attention_kernels(KernelRegistry& r) {
   r.add("aten::scaled_dot_product_attention.default", KernelDef{sdpa_k, 8, 1, false});
   r.add("ember::attend_cache.default", KernelDef{attend_cache_k, 7, 1, false});
   r.add("ember::attend_cache", KernelDef{attend_cache_k, 7, 1, false});
+  r.add("ember::attend_cache_int8.default", KernelDef{attend_cache_int8_k, 9, 1, false});
+  r.add("ember::attend_cache_int8", KernelDef{attend_cache_int8_k, 9, 1, false});
 }
 
 }  // namespace ember

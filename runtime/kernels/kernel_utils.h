@@ -579,6 +579,7 @@ void register_convert_kernels(KernelRegistry& r);
 void register_sym_kernels(KernelRegistry& r);
 void register_fused_kernels(KernelRegistry& r);
 void register_quantized_kernels(KernelRegistry& r);
+void register_kv_quant_kernels(KernelRegistry& r);
 // Appends the quantized row kernels' level (see ember/runtime/cpu.h: kernel_paths()).
 void describe_quantized_kernels(std::vector<KernelPath>& out);
 

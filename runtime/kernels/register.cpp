@@ -19,6 +19,7 @@ void register_portable_kernels(KernelRegistry& r) {
   register_sym_kernels(r);
   register_fused_kernels(r);
   register_quantized_kernels(r);
+  register_kv_quant_kernels(r);
 }
 
 }  // namespace ember

@@ -1,0 +1,77 @@
+"""The KV cache dtype (``--kv-dtype``): export -> file -> runtime against the eager wrapper that
+stores its cache the same way, the state's size, and the metadata.
+
+The eager wrapper (``ExportableLLM`` with ``kv_dtype``) runs ember's Python references
+(``ember::quantize_kv``, ``ember::attend_cache_int8``), so the file must give its greedy tokens and
+logits; the quality cost against an fp32 cache is measured on real prose by ``ember eval``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember.runtime
+from ember.export import lower
+from ember.llm.config import ExportConfig
+from ember.llm.exportable import ExportableLLM
+
+from .tiny_models import MAX_CONTEXT_LEN, MAX_SEQ_LEN, assert_traces_match, clone_model, make_tiny_model, step_greedy
+
+STEPS = 32
+
+
+def _export(case: str, kv_dtype: str, tmp_path: Path):
+    model, config = make_tiny_model(case)
+    wrapper = ExportableLLM(clone_model(model), ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN,
+                                                             kv_dtype=kv_dtype))
+    program = lower(wrapper.export(), metadata={"llm.family": config.model_type})
+    assert "<copy to state>" not in program.method_stats("forward")["ops"], "the KV cache must be updated in place"
+    path = tmp_path / f"{case}-{kv_dtype}.ember"
+    program.save(path)
+    return ember.runtime.load(path), wrapper, config
+
+
+@pytest.mark.parametrize("case", ["llama", "qwen3", "gemma2"])  # GQA, QK-norm + windows, soft-capping + windows
+@pytest.mark.parametrize("kv_dtype", ["fp16", "int8"])
+def test_file_matches_eager_with_the_same_cache(case: str, kv_dtype: str, tmp_path: Path) -> None:
+    prog, wrapper, config = _export(case, kv_dtype, tmp_path)
+
+    def file_step(tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        (logits,) = prog.run("forward", tokens, pos)
+        return torch.from_numpy(logits)
+
+    g = torch.Generator().manual_seed(7)
+    # the second prompt is longer than max_seq_len: prefill in chunks, then decode over the cache
+    for prompt in (torch.randint(3, config.vocab_size, (5,), generator=g).tolist(),
+                   torch.randint(3, config.vocab_size, (MAX_SEQ_LEN + 5,), generator=g).tolist()):
+        prog.reset_state()
+        wrapper.reset_cache()
+        expected = step_greedy(wrapper, prompt, STEPS, MAX_SEQ_LEN)
+        actual = step_greedy(file_step, prompt, STEPS, MAX_SEQ_LEN)
+        assert_traces_match(actual, expected, rtol=1e-4)
+
+
+def test_cache_state_size_and_dtype() -> None:
+    """The file's program state: fp16 half of fp32; int8 one byte per value plus one fp32 scale per
+    row of head_dim values."""
+    sizes = {}
+    for kv_dtype in ("fp32", "fp16", "int8"):
+        model, _ = make_tiny_model("llama")
+        wrapper = ExportableLLM(model, ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN,
+                                                    kv_dtype=kv_dtype))
+        state = lower(wrapper.export()).state_tensors()
+        sizes[kv_dtype] = sum(t.nbytes for t in state)
+        cache_dtypes = {t.dtype for t in state if "_cache_" in t.name}
+        assert cache_dtypes == {{"fp32": "float32", "fp16": "float16", "int8": "int8"}[kv_dtype]}
+        assert any(t.name.startswith("k_scale_") for t in state) == (kv_dtype == "int8")
+    head_dim = 64 // 4
+    assert sizes["fp16"] * 2 == sizes["fp32"]
+    assert sizes["int8"] * 4 * head_dim == sizes["fp32"] * (head_dim + 4)
+
+
+def test_kv_dtype_is_validated() -> None:
+    with pytest.raises(ValueError, match="kv_dtype 'int4' is not supported.*fp16"):
+        ExportConfig(kv_dtype="int4")
