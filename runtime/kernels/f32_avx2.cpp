@@ -53,43 +53,67 @@ EMBER_AVX2 void gemv_rows_avx2(const float* x, const float* W, int64_t ldw, int6
   }
 }
 
+// MR x 16 tile: 2 * MR ymm accumulators (12 at MR = 6, BLIS's Haswell shape); per k, two loads of
+// the packed panel serve MR broadcast rows, so each panel line read from L2 feeds 6 rows (a 3 x 32
+// tile fed 3). Rows of A are the linear's weight rows, read in place; next_a: MR rows the next
+// call reads from memory, prefetched one line per row every 16 k, or nullptr.
+// One MR x 16 half of the panel (columns [16h, 16h + 16) of Bp) into out[MR][16].
+template <int MR>
+EMBER_AVX2 __attribute__((always_inline)) inline void tile16_avx2(int64_t kc, const float* A, int64_t lda,
+                                                                  const float* b, const float* next_a, float* out) {
+  __m256 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    if (next_a != nullptr) {
+      for (int i = 0; i < MR; ++i) _mm_prefetch(reinterpret_cast<const char*>(next_a + i * lda + k0), _MM_HINT_T0);
+    }
+    const int64_t k1 = std::min(kc, k0 + 16);
+    for (int64_t k = k0; k < k1; ++k) {
+      const __m256 b0 = _mm256_loadu_ps(b + k * kNR), b1 = _mm256_loadu_ps(b + k * kNR + 8);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256 av = _mm256_broadcast_ss(A + i * lda + k);
+        c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+        c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(out + 16 * i, c0[i]);
+    _mm256_storeu_ps(out + 16 * i + 8, c1[i]);
+  }
+}
+
+// MR x 16 tiles: 2 * MR ymm accumulators (12 at MR = 6, BLIS's Haswell shape); per k, two loads of
+// the packed panel serve MR broadcast rows, so each panel line read from L2 feeds 6 rows (a 3 x 32
+// tile fed 3). Rows of A are the linear's weight rows, read in place; next_a: MR rows the next
+// call reads from memory, prefetched one line per row every 16 k, or nullptr.
+template <int MR>
+EMBER_AVX2 void ukernel_avx2_t(int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc, int nr,
+                               bool first, const float* bias, const float* next_a) {
+  for (int h = 0; h < 2 && 16 * h < nr; ++h) {
+    float tmp[MR * 16];
+    tile16_avx2<MR>(kc, A, lda, Bp + 16 * h, h == 0 ? next_a : nullptr, tmp);
+    const int cols = std::min(16, nr - 16 * h);
+    for (int i = 0; i < MR; ++i) {
+      float* crow = C + i * ldc + 16 * h;
+      const float* brow = bias ? bias + 16 * h : nullptr;
+      for (int j = 0; j < cols; ++j) crow[j] = (first ? (brow ? brow[j] : 0.0f) : crow[j]) + tmp[16 * i + j];
+    }
+  }
+}
+
+using Avx2Tile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*,
+                          const float*);
+constexpr Avx2Tile kAvx2Tiles[6] = {&ukernel_avx2_t<1>, &ukernel_avx2_t<2>, &ukernel_avx2_t<3>,
+                                    &ukernel_avx2_t<4>, &ukernel_avx2_t<5>, &ukernel_avx2_t<6>};
+
 EMBER_AVX2 void ukernel_avx2(int mr, int64_t kc, const float* A, int64_t lda, const float* Bp, float* C, int64_t ldc,
-                             int nr, bool first, const float* bias, const float* /*next_a*/) {
-  // 4 x 32 tile in 16 ymm accumulators; rows beyond mr are computed on row 0 and dropped.
-  for (int i0 = 0; i0 < mr; i0 += 3) {
-    const int rows = std::min(3, mr - i0);
-    __m256 c[3][4];
-    for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 4; ++j) c[i][j] = _mm256_setzero_ps();
-    const float* a0 = A + i0 * lda;
-    const float* a1 = A + (i0 + (rows > 1 ? 1 : 0)) * lda;
-    const float* a2 = A + (i0 + (rows > 2 ? 2 : 0)) * lda;
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* b = Bp + k * kNR;
-      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8), b2 = _mm256_loadu_ps(b + 16),
-                   b3 = _mm256_loadu_ps(b + 24);
-      __m256 av = _mm256_broadcast_ss(a0 + k);
-      c[0][0] = _mm256_fmadd_ps(av, b0, c[0][0]);
-      c[0][1] = _mm256_fmadd_ps(av, b1, c[0][1]);
-      c[0][2] = _mm256_fmadd_ps(av, b2, c[0][2]);
-      c[0][3] = _mm256_fmadd_ps(av, b3, c[0][3]);
-      av = _mm256_broadcast_ss(a1 + k);
-      c[1][0] = _mm256_fmadd_ps(av, b0, c[1][0]);
-      c[1][1] = _mm256_fmadd_ps(av, b1, c[1][1]);
-      c[1][2] = _mm256_fmadd_ps(av, b2, c[1][2]);
-      c[1][3] = _mm256_fmadd_ps(av, b3, c[1][3]);
-      av = _mm256_broadcast_ss(a2 + k);
-      c[2][0] = _mm256_fmadd_ps(av, b0, c[2][0]);
-      c[2][1] = _mm256_fmadd_ps(av, b1, c[2][1]);
-      c[2][2] = _mm256_fmadd_ps(av, b2, c[2][2]);
-      c[2][3] = _mm256_fmadd_ps(av, b3, c[2][3]);
-    }
-    for (int i = 0; i < rows; ++i) {
-      float tmp[kNR];
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(tmp + 8 * j, c[i][j]);
-      float* crow = C + (i0 + i) * ldc;
-      for (int j = 0; j < nr; ++j) crow[j] = (first ? (bias ? bias[j] : 0.0f) : crow[j]) + tmp[j];
-    }
+                             int nr, bool first, const float* bias, const float* next_a) {
+  for (int i0 = 0; i0 < mr; i0 += 6) {
+    const int rows = std::min(6, mr - i0);
+    kAvx2Tiles[rows - 1](kc, A + i0 * lda, lda, Bp, C + i0 * ldc, ldc, nr, first, bias, i0 == 0 ? next_a : nullptr);
   }
 }
 
