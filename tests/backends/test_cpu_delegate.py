@@ -93,8 +93,10 @@ def test_pack_refuses_what_the_kernels_cannot_read():
 
 # ---- kernels against the portable reference -------------------------------------------------------
 
-# (K, x shape, group sizes): decode and prefill row counts (M = 1..9, crossing the 4-row passes),
-# row lengths with one or many words per group, per-channel groups.
+# (K, x shape, group sizes): decode and prefill row counts (M = 1..9, crossing the 4-row passes; 16
+# and 34 rows: float-activation linears take the dequantize-then-GEMM path, 6- and 14-row tiles with
+# remainders, panels of 32 weight rows with a missing half), row lengths with one or many words per
+# group, per-channel groups.
 LINEAR_CASES = [
     (64, (1, 64), (32, 64, 8)),
     (96, (2, 3, 96), (32, 96, 16)),
@@ -102,6 +104,8 @@ LINEAR_CASES = [
     (576, (1, 9, 576), (32, 192, 64)),
     (1536, (1, 1536), (32, 128, 1536)),
     (160, (7, 160), (32, 160, 40)),
+    (160, (16, 160), (32, 160, 40)),
+    (576, (2, 17, 576), (32, 64, 576)),
 ]
 
 
@@ -123,15 +127,17 @@ def test_delegate_linear_matches_portable_kernels(K, shape, sizes, tmp_path):
         assert rel_error(c, ref, floor) <= (1e-4 if v["act_quant"] else 1e-5), what
 
 
-def test_delegate_nan_rows_stay_nan_and_other_rows_are_unaffected(tmp_path):
-    x = torch.randn(3, 64)
+@pytest.mark.parametrize("act_quant,rows", [(1, 3), (0, 3), (0, 20)])  # 20 rows: the GEMM path
+def test_delegate_nan_rows_stay_nan_and_other_rows_are_unaffected(act_quant, rows, tmp_path):
+    x = torch.randn(rows, 64)
     x[1, 5] = float("nan")
     v = make_weight(torch.Generator().manual_seed(1), 20, 64, 4, 32, "none", torch.float16)
-    v.update(act_quant=1, bias=None)
+    v.update(act_quant=act_quant, bias=None)
     files = _lower_both(QLinears([v]), (x,), tmp_path, "nan")
     (p,), (c,) = (files[k][1].run("forward", x) for k in ("portable", "cpu"))
     assert np.isnan(c[1]).all() and np.isnan(p[1]).all()
-    assert rel_error(c[[0, 2]], torch.from_numpy(p[[0, 2]])) <= TOL
+    others = [r for r in range(rows) if r != 1]
+    assert rel_error(c[others], torch.from_numpy(p[others])) <= TOL
 
 
 class TiedTable(torch.nn.Module):

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ember/runtime/backend.h"
+#include "f32_kernels.h"
 #include "kernel_utils.h"
 #include "packed_weight.h"
 #include "qkernels.h"
@@ -129,6 +130,42 @@ void sum_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a
   }
 }
 
+// Float-activation linears over at least this many rows (prefill) take the GEMM path.
+constexpr int64_t kGemmMinRows = 16;
+
+// Prefill of a float-activation linear: each pair of blocks (32 weight rows) is dequantized once
+// into a [K][32] panel (thread-local, in L2) and multiplied by all M activation rows with the fp32
+// GEMM micro-kernel, where the block kernels would convert every code again for each 4 rows.
+// y [M, N] = x [M, K] · wᵀ (+ bias).
+void run_linear_gemm(const Handle& h, const float* x, int64_t M, float* y) {
+  const PackedWeight& w = h.w;
+  const BlockKernels& bk = block_kernels();
+  const DequantBlockFn dequant = w.bits == 4 ? bk.dequant4 : bk.dequant8;
+  const kern::F32Kernels& fk = kern::f32_kernels();
+  const int64_t K = w.K, N = w.N, G = w.G, mr_max = fk.ukernel_max_rows;
+  const int64_t panels = (w.NB + 1) / 2;
+  parallel_for(panels, 1, [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> panel, coeffs;
+    panel.resize(static_cast<size_t>(K * kern::kNR));
+    coeffs.resize(static_cast<size_t>(2 * G * kRows));
+    float* const bp = panel.data();
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t half = 0; half < 2 && 2 * p + half < w.NB; ++half) {
+        const int64_t blk = 2 * p + half;
+        const Coeffs co = block_coefficients(h, blk, coeffs.data(), coeffs.data() + G * kRows);
+        dequant(w.block(blk), G, w.words_per_group, co, bp + kRows * half, kern::kNR);
+      }
+      const int64_t n0 = p * kern::kNR;
+      const int nr = static_cast<int>(std::min<int64_t>(kern::kNR, N - n0));  // drops a missing half's columns
+      const float* bias = w.bias ? w.bias + n0 : nullptr;
+      for (int64_t m0 = 0; m0 < M; m0 += mr_max) {
+        const int mr = static_cast<int>(std::min<int64_t>(mr_max, M - m0));
+        fk.ukernel.fn(mr, K, x + m0 * K, K, bp, y + m0 * N + n0, N, nr, true, bias, nullptr);
+      }
+    }
+  });
+}
+
 Error run_linear(const Handle& h, KernelArgs args) {
   const PackedWeight& w = h.w;
   Tensor& x = args[0].tensor;
@@ -150,6 +187,10 @@ Error run_linear(const Handle& h, KernelArgs args) {
   Activations act;
   const float* xf = x.ptr<float>();
   const bool int_path = h.act != Act::kFloat, per_token = h.act == Act::kInt8PerToken;
+  if (!int_path && M >= kGemmMinRows) {
+    run_linear_gemm(h, xf, M, out.ptr<float>());
+    return Error::ok();
+  }
   if (int_path) quantize_rows(xf, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
@@ -260,6 +301,7 @@ class CpuBackend final : public Backend {
     out.push_back({"cpu.linear_int8_activations", kernel_isa_name(k.int_isa)});
     out.push_back({"cpu.linear_float_activations", kernel_isa_name(k.float_isa)});
     out.push_back({"cpu.activation_quant", kernel_isa_name(k.quant_isa)});
+    out.push_back({"cpu.dequantize_for_gemm", kernel_isa_name(k.dequant_isa)});
     out.push_back({"cpu.embedding", kernel_isa_name(KernelIsa::kPortable)});
   }
 };

@@ -48,6 +48,10 @@ using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const 
 using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
                               int64_t lda, const float* asum, float* out);
 
+// One block's 16 rows dequantized for prefill's GEMM path: out[k * ldo + r] = u[r][k] * s + c
+// (k < G * gs, r < 16; s, c of the row's group, fp32), the weights the float kernels multiply by.
+using DequantBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo);
+
 // Activation quantizers, one row of K values at a time (act_quant.h holds the scalar math; every
 // level gives exactly its codes). Per token (torchao's asymmetric scheme): codes q[K], group sums
 // asum[G] of the codes, the row's scale and zero point (scale NaN, codes 0 for a row holding a
@@ -61,12 +65,15 @@ struct BlockKernels {
   KernelIsa int_isa = KernelIsa::kPortable;
   KernelIsa float_isa = KernelIsa::kPortable;
   KernelIsa quant_isa = KernelIsa::kPortable;
+  KernelIsa dequant_isa = KernelIsa::kPortable;
   TokenQuantFn quantize_token = nullptr;
   GroupQuantFn quantize_groups = nullptr;
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   FloatBlockFn float4[kMaxM] = {};
   FloatBlockFn float8[kMaxM] = {};
+  DequantBlockFn dequant4 = nullptr;
+  DequantBlockFn dequant8 = nullptr;
 };
 
 // The table for kernel_isa(), built on first use (thread-safe).

@@ -35,6 +35,9 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
       __m256i p16[MB];
       for (int m = 0; m < MB; ++m) p16[m] = _mm256_setzero_si256();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
+      // Not unrolled: unrolled, GCC hoists every word's products ahead of the sums and, at MB > 1,
+      // spills them to the stack (66 stores per group at MB = 4).
+#pragma GCC unroll 1
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t w = g * wpg + j;
         const __m256i v = load256(codes + w * 64 + 32 * h);
@@ -154,6 +157,42 @@ EMBER_AVX2_F16C void float_block(const uint8_t* codes, int64_t G, int64_t wpg, c
                             const float* x, int64_t lda, const float* asum, float* out) {
   float_half<BITS, MB>(codes, G, wpg, co, x, lda, asum, out, 0);
   float_half<BITS, MB>(codes, G, wpg, co, x, lda, asum, out, 1);
+}
+
+// Dequantizes a block for the GEMM path (qkernels.h): 8 rows per vector, the lanes of a word.
+template <int BITS>
+EMBER_AVX2_F16C void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out,
+                                   int64_t ldo) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t i = g * 16 + 8 * h;
+      __m256 sv, mv;
+      if (co.half) {
+        sv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
+        mv = co.offset ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.offset) + i)))
+                       : _mm256_set1_ps(co.m_const);
+      } else {
+        sv = _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
+        mv = co.offset ? _mm256_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm256_set1_ps(co.m_const);
+      }
+      const __m256 cv = _mm256_fnmadd_ps(sv, _mm256_set1_ps(co.ze), mv);
+      for (int64_t j = 0; j < wpg; ++j) {
+        const int64_t w = g * wpg + j;
+        const __m256i v = load256(codes + w * 64 + 32 * h);
+        float* o = out + w * W * ldo + 8 * h;
+        for (int b = 0; b < 4; ++b) {
+          const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * b), mask));
+          _mm256_storeu_ps(o + b * ldo, _mm256_fmadd_ps(lo, sv, cv));
+          if (BITS == 4) {
+            const __m256 hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * b + 4), mask));
+            _mm256_storeu_ps(o + (4 + b) * ldo, _mm256_fmadd_ps(hi, sv, cv));
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- activation quantizers (qkernels.h): act_quant.h's codes, 8 lanes at a time, the tail of a
@@ -286,7 +325,9 @@ EMBER_AVX2_F16C void quantize_token_avx2(const float* x, int64_t K, int64_t gs, 
 
 void add_avx2_block_kernels(BlockKernels& t) {
   if (!cpu_features().f16c) return;  // the kernels read fp16 scales with F16C
-  t.int_isa = t.float_isa = t.quant_isa = KernelIsa::kAvx2;
+  t.int_isa = t.float_isa = t.quant_isa = t.dequant_isa = KernelIsa::kAvx2;
+  t.dequant4 = dequant_block<4>;
+  t.dequant8 = dequant_block<8>;
   t.quantize_token = quantize_token_avx2;
   t.quantize_groups = quantize_groups_avx2;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;

@@ -83,6 +83,23 @@ void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
   block<BITS, MB, float, float>(codes, G, wpg, co, x, lda, asum, nullptr, out);
 }
 
+template <int BITS>
+void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int r = 0; r < 16; ++r) {
+      float s, c;
+      coeffs_at(co, g * 16 + r, &s, &c);
+      for (int64_t j = 0; j < wpg; ++j) {
+        int u[8];
+        word_codes<BITS>(codes + static_cast<size_t>((g * wpg + j) * 64) + 4 * r, u);
+        const int64_t k = (g * wpg + j) * W;
+        for (int i = 0; i < W; ++i) out[(k + i) * ldo + r] = static_cast<float>(u[i]) * s + c;
+      }
+    }
+  }
+}
+
 void quantize_token(const float* x, int64_t K, int64_t gs, int8_t* q, float* asum, float* scale, float* zp) {
   const ActParams p = act_params<RoundF32>(x, K);
   *scale = p.ok ? p.scale : std::numeric_limits<float>::quiet_NaN();  // the reference gives NaN rows
@@ -107,7 +124,9 @@ void quantize_groups(const float* x, int64_t K, int64_t gs, int8_t* q, float* d,
 }  // namespace
 
 void add_portable_block_kernels(BlockKernels& t) {
-  t.int_isa = t.float_isa = t.quant_isa = KernelIsa::kPortable;
+  t.int_isa = t.float_isa = t.quant_isa = t.dequant_isa = KernelIsa::kPortable;
+  t.dequant4 = dequant_block<4>;
+  t.dequant8 = dequant_block<8>;
   t.quantize_token = quantize_token;
   t.quantize_groups = quantize_groups;
   t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
