@@ -10,7 +10,9 @@ prose (prefill), then 128 greedy tokens (decode), EOS ignored, the cache cleared
 - ember: files exported from the packaged GGUF into --work-dir (`--reuse` keeps existing ones):
   fp32, q8 (8w per channel), 8da4w (the preset), q4, gguf (the GGUF's own Q4_1 blocks, `--quant gguf`), and
   gguf-a8 / q4-a8 (the same with `--qactivations int8`: int8 activations per group, as llama.cpp runs Q4_1);
-  quantized files use the CPU delegate (the export default). Timings are the runner's stats.
+  any of them with "-kv8" or "-kv16" appended stores its KV cache in int8 or fp16 (`--kv-dtype`), which
+  matters for decode late in a long context (`--prompt-len 1900`); quantized files use the CPU delegate
+  (the export default). Timings are the runner's stats.
 - llama.cpp (`llama-cpp-python`, built from source with CMAKE_ARGS="-DGGML_NATIVE=ON"; the optional
   `bench` extra): the packaged Q4_1 file and Q4_0 / Q8_0 requantized from it with
   `llama_model_quantize`; flash attention on; timings from llama.cpp's own perf counters. When
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"
 # name -> (quant, qactivations); q8: 8w per channel; "-a8": weight-only linears with int8 activations
 # per group (--qactivations int8), as llama.cpp runs its own Q4_0/Q4_1/Q8_0 files
+KV_SUFFIXES = {"-kv8": "int8", "-kv16": "fp16"}  # appended to a recipe: its KV cache dtype
 EMBER_RECIPES = {"fp32": (None, "float"), "q8": ("q8", "float"), "q4": ("q4", "float"), "8da4w": ("8da4w", "float"),
                  "gguf": ("gguf", "float"), "gguf-a8": ("gguf", "int8"), "q4-a8": ("q4", "int8")}
 LLAMA_TYPES = {"f32": 0, "q4_0": 2, "q8_0": 7, "q4_1": None}  # llama_ftype values; None: the packaged file itself
@@ -150,14 +153,24 @@ class HfRunner:
         return self.x.shape[1] / t_prefill, (self.gen_len - 1) / max(t_total - t_prefill, 1e-9)
 
 
-def ember_file(work: Path, gguf: Path, name: str, reuse: bool) -> Path:
-    path = work / f"smollm2-{name}.ember"
+def split_recipe(name: str) -> tuple[str, str] | None:
+    """'8da4w-kv8' -> ('8da4w', 'int8'); a plain recipe -> (name, 'auto'); None when unknown."""
+    for suffix, kv_dtype in KV_SUFFIXES.items():
+        if name.endswith(suffix) and name[: -len(suffix)] in EMBER_RECIPES:
+            return name[: -len(suffix)], kv_dtype
+    return (name, "auto") if name in EMBER_RECIPES else None
+
+
+def ember_file(work: Path, gguf: Path, name: str, reuse: bool, max_context_len: int) -> Path:
+    path = work / f"smollm2-{name}-ctx{max_context_len}.ember"
     if reuse and path.exists():
         return path
     from ember.llm.exporter import export_llm
 
-    quant, activations = EMBER_RECIPES[name]
-    export_llm(str(gguf), path, quant=quant, qactivations=activations, progress=False)
+    recipe, kv_dtype = split_recipe(name)
+    quant, activations = EMBER_RECIPES[recipe]
+    export_llm(str(gguf), path, quant=quant, qactivations=activations, kv_dtype=kv_dtype,
+               max_context_len=max_context_len, progress=False)
     return path
 
 
@@ -197,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ember_names = [n for n in args.ember.split(",") if n]
     llama_names = [n for n in args.llama.split(",") if n]
     for n in ember_names:
-        if n not in EMBER_RECIPES and not n.endswith(".ember"):
-            p.error(f"--ember: unknown recipe {n!r}; choose from {sorted(EMBER_RECIPES)} or give a .ember file")
+        if split_recipe(n) is None and not n.endswith(".ember"):
+            p.error(f"--ember: unknown recipe {n!r}; choose from {sorted(EMBER_RECIPES)} (optionally with "
+                    f"{' or '.join(KV_SUFFIXES)}) or give a .ember file")
     for n in llama_names:
         if n not in LLAMA_TYPES:
             p.error(f"--llama: unknown type {n!r}; choose from {sorted(LLAMA_TYPES)}")
@@ -212,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     runners: list[tuple[Row, Any]] = []
     ids: list[int] | None = None
     for name in ember_names:
-        path = Path(name) if name.endswith(".ember") else ember_file(args.work_dir, gguf, name, args.reuse)
+        path = (Path(name) if name.endswith(".ember")
+                else ember_file(args.work_dir, gguf, name, args.reuse, max(2048, args.prompt_len + args.gen_len)))
         if ids is None:
             tok = ember.load(path, mmap=True).tokenizer
             ids = prompt_ids(lambda t: tok.encode(t), args.prompt_len, args.text)

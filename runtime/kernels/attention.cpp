@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "f32_kernels.h"
 #include "gemm.h"
 #include "kernel_utils.h"
 
@@ -131,11 +132,7 @@ struct CacheRows {
   const float* rows(int64_t r0, int64_t n, float* buf) const {
     if (in_place()) return t->ptr<float>() + r0 * D;
     if (t->dtype == DType::kInt8) {
-      const int8_t* c = t->ptr<int8_t>() + r0 * D;
-      for (int64_t i = 0; i < n; ++i) {
-        const float s = scales[r0 + i];
-        for (int64_t d = 0; d < D; ++d) buf[i * D + d] = static_cast<float>(c[i * D + d]) * s;
-      }
+      f32_kernels().scaled_i8_to_float.fn(t->ptr<int8_t>() + r0 * D, scales + r0, n, D, buf);
       return buf;
     }
     convert_elements(t->dtype, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r0 * D) * t->element_size(),

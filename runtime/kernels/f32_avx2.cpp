@@ -273,6 +273,20 @@ EMBER_AVX2 void weighted_rows_sum_avx2(const float* p, const float* V, int64_t l
   }
   for (int64_t j = 0; j < n; ++j) axpy_avx2(p[j], V + j * ldv, out, D);
 }
+EMBER_AVX2 void scaled_i8_to_float_avx2(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* c = src + r * D;
+    float* o = dst + r * D;
+    const __m256 s = _mm256_set1_ps(scales[r]);
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+      const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
+      _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_cvtepi32_ps(v), s));
+    }
+    for (; d < D; ++d) o[d] = static_cast<float>(c[d]) * scales[r];
+  }
+}
+
 __attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -296,6 +310,7 @@ void add_f32_avx2(F32Kernels& t) {
   t.silu.set(silu_avx2, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_avx2, kLevel);
   if (cpu_features().f16c) t.half_to_float.set(half_to_float_f16c, kLevel);
+  t.scaled_i8_to_float.set(scaled_i8_to_float_avx2, kLevel);
 #else
   (void)t;
 #endif

@@ -35,6 +35,8 @@ using SiluFn = void (*)(const float* x, float* y, int64_t n);
 using WeightedRowsSumFn = void (*)(const float* p, const float* V, int64_t ldv, int64_t n, int64_t D, float* out);
 // dst[i] = fp16 src[i] as fp32 (exact).
 using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
+// dst[r * D + d] = float(src[r * D + d]) * scales[r] for r < rows, d < D (the int8 KV cache's rows).
+using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst);
 
 template <typename Fn>
 struct Entry {
@@ -57,6 +59,7 @@ struct F32Kernels {
   Entry<SiluFn> silu;
   Entry<WeightedRowsSumFn> weighted_rows_sum;
   Entry<HalfToFloatFn> half_to_float;  // AVX2 level: only when the CPU has F16C
+  Entry<ScaledI8ToFloatFn> scaled_i8_to_float;
 };
 
 constexpr int64_t kShortRowK = 256;

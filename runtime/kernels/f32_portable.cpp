@@ -86,6 +86,11 @@ void weighted_rows_sum_portable(const float* p, const float* V, int64_t ldv, int
   for (int64_t j = 0; j < n; ++j) axpy_portable(p[j], V + j * ldv, out, D);
 }
 
+void scaled_i8_to_float_portable(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[r * D + d] = static_cast<float>(src[r * D + d]) * scales[r];
+}
+
 void half_to_float_portable(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
@@ -104,6 +109,7 @@ void add_f32_portable(F32Kernels& t) {
   t.silu.set(silu_portable, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_portable, kLevel);
   t.half_to_float.set(half_to_float_portable, kLevel);
+  t.scaled_i8_to_float.set(scaled_i8_to_float_portable, kLevel);
 }
 
 }  // namespace kern

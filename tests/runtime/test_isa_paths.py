@@ -19,10 +19,12 @@ import ember.runtime
 REPO = Path(__file__).resolve().parents[2]
 LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemm_ukernel", "f32.softmax",
-                "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float"}
+                "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float", "f32.scaled_i8_to_float"}
+# Families whose best version is AVX2 (conversions): at the AVX-512 levels they stay on it.
+AVX2_TOP = {"f32.half_to_float", "f32.scaled_i8_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
 CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.activation_quant",
-                         "cpu.embedding"}
+                         "cpu.dequantize_for_gemm", "cpu.embedding"}
 
 
 def _info_with(isa: str | None) -> dict:
@@ -117,6 +119,6 @@ def test_kernels_on_forced_isa(isa: str) -> None:
     assert all(order(level) <= order(isa) for level in used["kernels"].values()), used["kernels"]
     if isa == "portable":
         assert set(used["kernels"].values()) == {"portable"}
-    else:  # the fp32 families with a version at this level must be on it (fp16 -> fp32 tops out at AVX2 + F16C)
+    else:  # the fp32 families with a version at this level must be on it (conversions top out at AVX2)
         assert all(used["kernels"][family] == isa for family in F32_FAMILIES
-                   if family != "f32.half_to_float" or isa == "avx2"), used["kernels"]
+                   if family not in AVX2_TOP or isa == "avx2"), used["kernels"]
