@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ember export: {exc}", file=sys.stderr)
         return 2
+    if args.quiet:
+        # "no progress bars" includes the ones third parties draw with plain tqdm (transformers' GGUF
+        # dequantization); tqdm reads its defaults from TQDM_* variables when it is imported
+        os.environ["TQDM_DISABLE"] = "1"
     if not args.verbose:
         from ember.llm.quiet_imports import silence_third_party_noise
 
