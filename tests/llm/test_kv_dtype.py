@@ -34,8 +34,8 @@ def _export(case: str, kv_dtype: str, tmp_path: Path):
     return ember.runtime.load(path), wrapper, config
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen3", "gemma2"])  # GQA, QK-norm + windows, soft-capping + windows
-@pytest.mark.parametrize("kv_dtype", ["fp16", "int8"])
+# GQA (both dtypes), QK-norm + sliding windows, soft-capping + sliding windows
+@pytest.mark.parametrize("case,kv_dtype", [("llama", "fp16"), ("llama", "int8"), ("qwen3", "int8"), ("gemma2", "int8")])
 def test_file_matches_eager_with_the_same_cache(case: str, kv_dtype: str, tmp_path: Path) -> None:
     prog, wrapper, config = _export(case, kv_dtype, tmp_path)
 

@@ -37,8 +37,10 @@ MB = 1_000_000
 # amplifies it into a per-token difference of either sign. 8da4w g32 symmetric (perplexity x1.37 of
 # fp32) is scored over 4,096 tokens, where those average out: file/eager 0.9978 (AVX-512 VNNI kernels)
 # and 0.9974 (AVX2 forced) on a Zen 4, against 1.0018 and 0.9955 over 1,024 tokens (1.0097 seen before).
+# 8da8w likewise: 0.9940 over 1,024 tokens on an AVX2-only Zen 3 (before and after that day's kernel
+# changes), 0.9960 over 4,096.
 EAGER_TOLERANCE = 0.005
-EVAL_TOKENS = {"8da4w_g32": 4096}
+EVAL_TOKENS = {"8da4w_g32": 4096, "8da8w": 4096}
 
 # recipe -> (quant argument, largest perplexity ratio to fp32, largest file in bytes)
 RECIPES = {
@@ -92,7 +94,10 @@ def test_recipe_quality_and_size(fp32, name: str, tmp_path: Path) -> None:
     quantize_model(eager, get_preset(quant) if isinstance(quant, str) else quant)
     tokens = EVAL_TOKENS.get(name, TOKENS)
     result = evaluate(path, CORPUS, reference=eager, tokens=tokens, window=WINDOW, progress=False)
-    size, ratio = path.stat().st_size, result.perplexity / fp32_ppl  # fp32_ppl: over the first TOKENS only
+    # the ratio to fp32 over the same first TOKENS tokens the fp32 perplexity was taken on
+    ppl = result.perplexity if tokens == TOKENS else evaluate(path, CORPUS, tokens=TOKENS, window=WINDOW,
+                                                              progress=False).perplexity
+    size, ratio = path.stat().st_size, ppl / fp32_ppl
     print(f"\n{name}: {size / MB:.1f} MB over {tokens} tokens, perplexity {result.perplexity:.4f} "
           f"(fp32 over {TOKENS}: {fp32_ppl:.4f}), "
           f"torchao eager {result.reference_perplexity:.4f} (file/eager {result.ppl_ratio:.4f}), "
@@ -104,7 +109,7 @@ def test_recipe_quality_and_size(fp32, name: str, tmp_path: Path) -> None:
     assert "Paris" in answer, answer
     assert abs(result.ppl_ratio - 1.0) <= EAGER_TOLERANCE, "the file must be within 0.5% of torchao eager"
     if max_ratio is not None:
-        assert tokens == TOKENS and ratio <= max_ratio
+        assert ratio <= max_ratio, f"perplexity ratio to fp32 {ratio:.4f} > {max_ratio}"
     assert size <= max_bytes
 
 
