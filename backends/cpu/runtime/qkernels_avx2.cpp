@@ -177,17 +177,8 @@ EMBER_AVX2_F16C void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg,
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   for (int64_t g = 0; g < G; ++g) {
     for (int h = 0; h < 2; ++h) {
-      const int64_t i = g * 16 + 8 * h;
-      __m256 sv, mv;
-      if (co.half) {
-        sv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
-        mv = co.offset ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.offset) + i)))
-                       : _mm256_set1_ps(co.m_const);
-      } else {
-        sv = _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
-        mv = co.offset ? _mm256_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm256_set1_ps(co.m_const);
-      }
-      const __m256 cv = _mm256_fnmadd_ps(sv, _mm256_set1_ps(co.ze), mv);
+      __m256 sv, cv;
+      coeffs256(co, g, 8 * h, &sv, &cv);
       for (int64_t j = 0; j < wpg; ++j) {
         const int64_t w = g * wpg + j;
         const __m256i v = load256(codes + w * 64 + 32 * h);

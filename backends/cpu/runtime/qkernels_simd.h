@@ -20,22 +20,28 @@ inline int32_t load32(const int8_t* p) {
 // F16C is on every AVX2 CPU ember has met; the AVX2 table is only used when the CPU reports it.
 #define EMBER_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
 
+// 8 rows' coefficients of group g (row0 = 0 or 8 of the block): *s = scale, *c = m - s * ze.
+EMBER_AVX2_F16C inline void coeffs256(const Coeffs& co, int64_t g, int row0, __m256* s, __m256* c) {
+  const int64_t i = g * 16 + row0;
+  __m256 mv;
+  if (co.half) {
+    *s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
+    mv = co.offset ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.offset) + i)))
+                   : _mm256_set1_ps(co.m_const);
+  } else {
+    *s = _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
+    mv = co.offset ? _mm256_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm256_set1_ps(co.m_const);
+  }
+  *c = _mm256_fnmadd_ps(*s, _mm256_set1_ps(co.ze), mv);
+}
+
 // The per-group step of qkernels.h for 8 rows (row0 = 0 or 8 of the block):
 // acc = fma(s, P, acc); acc = fma(c, A, acc), with c = m - s * ze.
 template <int MB>
 EMBER_AVX2_F16C inline void group_step256(const Coeffs& co, int64_t g, int row0, const __m256 (&p)[MB],
                                           const float* asum, int64_t G, __m256 (&acc)[MB]) {
-  const int64_t i = g * 16 + row0;
-  __m256 sv, mv;
-  if (co.half) {
-    sv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
-    mv = co.offset ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.offset) + i)))
-                   : _mm256_set1_ps(co.m_const);
-  } else {
-    sv = _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
-    mv = co.offset ? _mm256_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm256_set1_ps(co.m_const);
-  }
-  const __m256 cv = _mm256_fnmadd_ps(sv, _mm256_set1_ps(co.ze), mv);
+  __m256 sv, cv;
+  coeffs256(co, g, row0, &sv, &cv);
   for (int m = 0; m < MB; ++m) {
     acc[m] = _mm256_fmadd_ps(sv, p[m], acc[m]);
     acc[m] = _mm256_fmadd_ps(cv, _mm256_broadcast_ss(asum + m * G), acc[m]);
