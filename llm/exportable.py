@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 
 from . import hf_compat
 from .adapters import FamilyAdapter, ModelQuirks, get_adapter
-from .config import ExportConfig, KVDType, LogitsMode
+from .config import DType, ExportConfig, KVDType, LogitsMode
 from .kv_cache import StaticKVCache
 
 __all__ = ["ExportableLLM"]
@@ -37,8 +37,9 @@ class ExportableLLM(nn.Module):
         model.requires_grad_(False)
         hf_compat.use_ember_attention(model)
         self.model = model
-        dtype = next(model.parameters()).dtype
-        kv_dtype = {KVDType.AUTO: dtype, KVDType.FP32: torch.float32, KVDType.FP16: torch.float16,
+        activations = {DType.FLOAT32: torch.float32, DType.BFLOAT16: torch.bfloat16,
+                       DType.FLOAT16: torch.float16}[config.dtype]
+        kv_dtype = {KVDType.AUTO: activations, KVDType.FP32: torch.float32, KVDType.FP16: torch.float16,
                     KVDType.INT8: torch.int8}[config.kv_dtype]
         self.cache = StaticKVCache(self, hf_compat.cache_geometry(hf_config, config.max_context_len), kv_dtype)
 
