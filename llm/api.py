@@ -23,7 +23,7 @@ from ember.llm.generation import GenerationConfig
 from ember.runtime.errors import InvalidArgumentError
 from ember.runtime.file_check import check_program_path
 
-__all__ = ["LLM", "GenerationStats", "load"]
+__all__ = ["LLM", "GenerationStats", "forward_batch", "load"]
 
 Message = Mapping[str, Any]
 
@@ -45,6 +45,7 @@ class GenerationStats:
     decode_steps: int = 0
     decode_ms: float = 0.0
     decode_tokens_per_s: float = 0.0
+    decode_batch_mean: float = 0.0  # sessions sharing each decode step on average (1.0: it ran alone)
     sampling_ms: float = 0.0
     peak_rss_bytes: int = 0
     stop_reason: str = "none"       # eos | stop_token | stop_string | max_tokens | context_full | stopped
@@ -538,6 +539,25 @@ def _special_token_strings(tokenizer: Any) -> dict[str, str]:
         if token:
             out["eos_token"] = token
     return out
+
+
+def forward_batch(sessions: Sequence[LLM], tokens: Sequence[int], positions: Sequence[int]) -> list[Any]:
+    """One decode step of several sessions of one loaded model in a single batched execution
+    (one pass over the weights): sessions[i] takes tokens[i] at positions[i]. Returns each
+    session's logits, float32[vocab], bit for bit what `sessions[i].forward([tokens[i]],
+    positions[i])` gives. Like forward(), it clears the sessions' cached-prefix bookkeeping.
+    Threads that generate on sessions of one model are batched this way automatically."""
+    sessions = list(sessions)
+    if not sessions or not all(isinstance(s, LLM) for s in sessions):
+        raise InvalidArgumentError(f"forward_batch takes a non-empty list of LLM sessions, got {sessions!r:.120}")
+    ids = _token_ids(tokens, "forward_batch tokens")
+    pos = _token_ids(positions, "forward_batch positions")
+    if len(ids) != len(sessions) or len(pos) != len(sessions):
+        raise InvalidArgumentError(
+            f"forward_batch takes one token and one position per session: {len(sessions)} sessions, "
+            f"{len(ids)} tokens, {len(pos)} positions"
+        )
+    return sessions[0]._native.forward_batch([s._runner for s in sessions], ids, pos)
 
 
 def load(path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> LLM:

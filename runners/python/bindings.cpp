@@ -65,6 +65,7 @@ py::dict stats_to_py(const Stats& s) {
   d["decode_steps"] = s.decode_steps;
   d["decode_ms"] = s.decode_ms;
   d["decode_tokens_per_s"] = s.decode_tokens_per_s;
+  d["decode_batch_mean"] = s.decode_batch_mean;
   d["sampling_ms"] = s.sampling_ms;
   d["peak_rss_bytes"] = s.peak_rss_bytes;
   d["stop_reason"] = stop_reason_name(s.stop_reason);
@@ -188,6 +189,46 @@ class PyRunner {
   std::mutex mu_;
 };
 
+// One batched decode step over several sessions of one program (TextRunner::forward_batch).
+py::list forward_batch(const std::vector<PyRunner*>& runners, const py::object& tokens, const py::object& positions) {
+  IdArray ids = as_ids(tokens, "tokens");
+  IdArray pos = as_ids(positions, "positions");
+  const size_t n = runners.size();
+  if (n == 0 || static_cast<size_t>(ids.shape(0)) != n || static_cast<size_t>(pos.shape(0)) != n) {
+    raise(Error::make(ErrorCode::kInvalidArgument,
+                      "forward_batch takes one token and one position per session: got %zu sessions, %zd tokens "
+                      "and %zd positions", n, ids.shape(0), pos.shape(0)));
+  }
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<TextRunner*> native(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (runners[i] == nullptr) raise(Error::make(ErrorCode::kInvalidArgument, "forward_batch: session %zu is None", i));
+    for (size_t j = 0; j < i; ++j) {
+      if (runners[j] == runners[i]) {
+        raise(Error::make(ErrorCode::kInvalidArgument, "forward_batch: sessions %zu and %zu are the same one; "
+                          "each row needs its own session (llm.session())", j, i));
+      }
+    }
+    locks.push_back(runners[i]->lock());
+    native[i] = &runners[i]->runner();
+  }
+  std::vector<const float*> logits(n, nullptr);
+  Error e;
+  {
+    py::gil_scoped_release nogil;
+    e = TextRunner::forward_batch(native.data(), n, ids.data(), pos.data(), logits.data());
+  }
+  check(e);
+  py::list out;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t v = native[i]->info().vocab_size;
+    py::array_t<float> a(v);
+    std::copy(logits[i], logits[i] + v, a.mutable_data());
+    out.append(std::move(a));
+  }
+  return out;
+}
+
 py::object sample_many(const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
                        const SamplerConfig& config, const py::object& history, int64_t n) {
   int64_t vocab = 0;
@@ -277,6 +318,10 @@ PYBIND11_MODULE(_runner, m) {
       },
       py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
       "One draw of the sampler chain on fixed logits (config.seed seeds it).");
+  m.def("forward_batch", &forward_batch, py::arg("sessions"), py::arg("tokens"), py::arg("positions"),
+        "One decode step of several sessions of one model in one batched execution: session i takes "
+        "tokens[i] at positions[i]. Returns each session's logits (float32[vocab]), bit for bit what "
+        "forward() gives; the sessions' cached-token bookkeeping is cleared, as forward() does.");
   m.def("sample_many", &sample_many, py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
         py::arg("n") = 1, "n successive draws from one sampler seeded with config.seed.");
   m.def(

@@ -1,6 +1,8 @@
 #include "ember/runners/text_decoder.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "ember/runtime/dtype.h"
 
@@ -8,7 +10,8 @@ namespace ember {
 namespace runners {
 
 Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program> program, std::string_view method,
-                                                         std::shared_ptr<ProgramState> state) {
+                                                         std::shared_ptr<ProgramState> state,
+                                                         std::shared_ptr<StepBatcher> batcher) {
   EMBER_CHECK_ARG(program != nullptr, "TextDecoder::create got a null program");
   auto info = LlmInfo::from_program(*program);
   if (!info.ok()) return info.error();
@@ -18,6 +21,7 @@ Result<std::unique_ptr<TextDecoder>> TextDecoder::create(std::shared_ptr<Program
   d->program_ = std::move(program);
   d->state_ = std::move(state);
   d->method_ = std::move(m).value();
+  d->batcher_ = std::move(batcher);
   d->info_ = std::move(info).value();
   EMBER_CHECK(d->method_->num_inputs() == 2 && d->method_->num_outputs() >= 1, ErrorCode::kInvalidProgram,
               "method '%.*s' has %zu inputs and %zu outputs; an LLM forward takes (tokens, input_pos) and "
@@ -45,7 +49,7 @@ size_t TextDecoder::state_bytes() const {
   return n;
 }
 
-Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos) {
+Error TextDecoder::bind(const int64_t* tokens, int64_t n, int64_t pos) {
   EMBER_CHECK_ARG(n >= 1 && n <= info_.max_seq_len, "a forward step takes 1..%lld tokens (llm.max_seq_len), got %lld",
                   static_cast<long long>(info_.max_seq_len), static_cast<long long>(n));
   EMBER_CHECK_ARG(pos >= 0 && pos + n <= info_.max_context_len,
@@ -73,9 +77,38 @@ Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t
   p.sizes[0] = 1;
   p.capacity = sizeof(int64_t);
   EMBER_TRY(method_->set_input(0, t));
-  EMBER_TRY(method_->set_input(1, p));
-  EMBER_TRY(method_->execute());
+  return method_->set_input(1, p);
+}
 
+Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos) {
+  EMBER_TRY(bind(tokens, n, pos));
+  last_batch_ = 1;
+  EMBER_TRY(batcher_ != nullptr ? batcher_->run(method_.get(), n == 1, &last_batch_) : method_->execute());
+  return last_logits();
+}
+
+Error TextDecoder::step_batch(TextDecoder* const* decoders, size_t n, const int64_t* tokens,
+                              const int64_t* positions, const float** logits) {
+  std::vector<Method*> methods(n);
+  for (size_t i = 0; i < n; ++i) {
+    EMBER_CHECK_ARG(decoders[i] != nullptr, "step_batch: decoder %zu is null", i);
+    Error e = decoders[i]->bind(tokens + i, 1, positions[i]);
+    if (e) return e.with_context("step_batch, decoder " + std::to_string(i));
+    methods[i] = decoders[i]->method_.get();
+  }
+  std::vector<Error> errors(n);
+  Method::execute_batch(methods.data(), n, errors.data());
+  for (size_t i = 0; i < n; ++i) {
+    if (errors[i]) return errors[i].with_context("step_batch, decoder " + std::to_string(i));
+    decoders[i]->last_batch_ = n;
+    Result<const float*> l = decoders[i]->last_logits();
+    if (!l.ok()) return l.error().with_context("step_batch, decoder " + std::to_string(i));
+    logits[i] = *l;
+  }
+  return Error::ok();
+}
+
+Result<const float*> TextDecoder::last_logits() {
   const EValue& out = method_->output(0);
   EMBER_CHECK(out.is_tensor(), ErrorCode::kInvalidProgram, "forward output 0 is a %s, expected a logits tensor",
               tag_name(out.tag));

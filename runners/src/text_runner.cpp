@@ -35,9 +35,11 @@ Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, in
 }
 
 Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> program,
-                                                      std::shared_ptr<ProgramState> state) {
+                                                      std::shared_ptr<ProgramState> state,
+                                                      std::shared_ptr<StepBatcher> batcher) {
   const Clock::time_point t0 = Clock::now();
-  auto decoder = TextDecoder::create(std::move(program), "forward", std::move(state));
+  if (batcher == nullptr) batcher = std::make_shared<StepBatcher>();
+  auto decoder = TextDecoder::create(std::move(program), "forward", std::move(state), std::move(batcher));
   if (!decoder.ok()) return decoder.error();
   // The sampler keeps three vocabulary-sized buffers and the runner one token id per position;
   // both sizes come from the file's metadata (TextDecoder checked them against the method).
@@ -55,7 +57,17 @@ Result<std::unique_ptr<TextRunner>> TextRunner::new_session() const {
   std::shared_ptr<Program> program = decoder_->shared_program();
   auto state = program->new_state();
   if (!state.ok()) return state.error();
-  return create(std::move(program), std::move(state).value());
+  return create(std::move(program), std::move(state).value(), decoder_->batcher());
+}
+
+TextRunner::~TextRunner() { set_active(false); }
+
+void TextRunner::set_active(bool active) {
+  if (active == active_) return;
+  active_ = active;
+  if (decoder_->batcher() == nullptr) return;
+  if (active) decoder_->batcher()->enter();
+  else decoder_->batcher()->leave();
 }
 
 bool TextRunner::is_stop_id(int64_t token) const {
@@ -63,15 +75,19 @@ bool TextRunner::is_stop_id(int64_t token) const {
 }
 
 void TextRunner::finish(StopReason reason) {
-  active_ = false;
+  set_active(false);
+  if (stats_.decode_steps > 0) {
+    stats_.decode_batch_mean = static_cast<double>(batched_steps_sum_) / static_cast<double>(stats_.decode_steps);
+  }
   stats_.stop_reason = reason;
   stats_.finish();
 }
 
 Error TextRunner::start(const int64_t* prompt, size_t n, const GenerateConfig& config) {
   const LlmInfo& info = decoder_->info();
-  active_ = false;
+  set_active(false);
   pending_ = kDone;
+  batched_steps_sum_ = 0;
   EMBER_TRY(config.validate());
   EMBER_CHECK_ARG(n >= 1, "the prompt is empty; pass at least one token (e.g. the BOS id %lld)",
                   static_cast<long long>(info.bos_id));
@@ -114,7 +130,7 @@ Error TextRunner::start(const int64_t* prompt, size_t n, const GenerateConfig& c
   }
   stats_.prefill_ms = ms_since(t0);
   stats_.prefill_tokens = static_cast<int64_t>(n - keep);
-  active_ = true;
+  set_active(true);
   return Error::ok();
 }
 
@@ -138,19 +154,20 @@ Result<int64_t> TextRunner::next() {
     auto logits = decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size()));
     if (!logits.ok()) {
       cached_.clear();
-      active_ = false;
+      set_active(false);
       return logits.error().with_context("decode");
     }
     logits_ = *logits;
     cached_.push_back(pending_);
     pending_ = kDone;
     ++stats_.decode_steps;
+    batched_steps_sum_ += static_cast<int64_t>(decoder_->last_batch_size());
   }
   const Clock::time_point ts = Clock::now();
   auto token = sampler_.sample(logits_, cached_.data(), cached_.size());
   const Clock::time_point te = Clock::now();
   if (!token.ok()) {
-    active_ = false;
+    set_active(false);
     return token.error();
   }
   stats_.sampling_ms += std::chrono::duration<double, std::milli>(te - ts).count();
@@ -193,17 +210,30 @@ Result<GenerateResult> TextRunner::generate(const std::vector<int64_t>& prompt, 
 }
 
 void TextRunner::reset() {
-  active_ = false;
+  set_active(false);
   pending_ = kDone;
   cached_.clear();
   decoder_->reset_state();
 }
 
 Result<const float*> TextRunner::forward(const int64_t* tokens, int64_t n, int64_t pos) {
-  active_ = false;
+  set_active(false);
   pending_ = kDone;
   cached_.clear();  // the caller now owns what the cache holds
   return decoder_->step(tokens, n, pos);
+}
+
+Error TextRunner::forward_batch(TextRunner* const* runners, size_t n, const int64_t* tokens, const int64_t* positions,
+                                const float** logits) {
+  std::vector<TextDecoder*> decoders(n);
+  for (size_t i = 0; i < n; ++i) {
+    EMBER_CHECK_ARG(runners[i] != nullptr, "forward_batch: runner %zu is null", i);
+    runners[i]->set_active(false);
+    runners[i]->pending_ = kDone;
+    runners[i]->cached_.clear();
+    decoders[i] = runners[i]->decoder_.get();
+  }
+  return TextDecoder::step_batch(decoders.data(), n, tokens, positions, logits);
 }
 
 }  // namespace runners

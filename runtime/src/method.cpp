@@ -17,12 +17,6 @@
 namespace ember {
 
 
-struct Method::DelegateInstance {
-  Backend* backend = nullptr;
-  void* handle = nullptr;
-  std::string id;
-};
-
 namespace {
 
 // Guards the arena size arithmetic; the allocation itself is bounded by memory_limit().
@@ -398,6 +392,8 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
         outs = dc->outputs();
         in.kind = Instr::Kind::kDelegate;
         in.index = dc->delegate();
+        in.stackable = vsize(args) == 1 && vsize(outs) == 1 &&
+                       delegates_[in.index].backend->max_stacked_rows(delegates_[in.index].handle) > 1;
         break;
       }
       case fb::InstructionKind::CopyCall: {
@@ -479,7 +475,7 @@ Error Method::set_input(size_t i, const Tensor& t) {
   return Error::ok();
 }
 
-Error Method::execute() {
+Error Method::begin_execution() {
   for (size_t i = 0; i < inputs_.size(); ++i) {
     EMBER_CHECK_ARG(input_bound_[i], "input %zu of '%s' was not set", i, name_.c_str());
   }
@@ -492,39 +488,49 @@ Error Method::execute() {
     for (int d = 0; d < t.dim; ++d) t.sizes[d] = 0;
   }
   std::fill(input_bound_.begin(), input_bound_.end(), false);
+  return Error::ok();
+}
+
+Error Method::run_instruction(size_t k, KernelContext& ctx) {
+  const Instr& in = instrs_[k];
+  ctx.instruction = static_cast<int>(k);
+  const KernelArgs args{in.args, in.nargs};
+  Error e;
+  switch (in.kind) {
+    case Instr::Kind::kKernel:
+      e = in.fn(ctx, args);
+      if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (" + op_names_[in.index] + "): " + e.message());
+      break;
+    case Instr::Kind::kDelegate: {
+      const DelegateInstance& d = delegates_[in.index];
+      e = d.backend->execute(d.handle, ctx, args);
+      if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (delegate " + d.id + "): " + e.message());
+      break;
+    }
+    case Instr::Kind::kCopy: {
+      const Tensor& src = args[0].tensor;
+      Tensor& dst = args[1].tensor;
+      if (src.dtype != dst.dtype) {
+        return Error::make(ErrorCode::kInvalidProgram, "instruction %zu (copy): dtype %s into %s", k,
+                           dtype_name(src.dtype), dtype_name(dst.dtype));
+      }
+      e = dst.resize(src.sizes, src.dim);
+      if (e) return e.with_context("instruction " + std::to_string(k) + " (copy)");
+      if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+      break;
+    }
+  }
+  return Error::ok();
+}
+
+Error Method::execute() {
+  EMBER_TRY(begin_execution());
   const PoolProfile pool0 = profile_ ? pool_profile() : PoolProfile();
   KernelContext ctx;
   const size_t n = instrs_.size();
   for (size_t k = 0; k < n; ++k) {
-    const Instr& in = instrs_[k];
-    ctx.instruction = static_cast<int>(k);
-    const KernelArgs args{in.args, in.nargs};
     const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Error e;
-    switch (in.kind) {
-      case Instr::Kind::kKernel:
-        e = in.fn(ctx, args);
-        if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (" + op_names_[in.index] + "): " + e.message());
-        break;
-      case Instr::Kind::kDelegate: {
-        const DelegateInstance& d = delegates_[in.index];
-        e = d.backend->execute(d.handle, ctx, args);
-        if (e) return Error(e.code(), "instruction " + std::to_string(k) + " (delegate " + d.id + "): " + e.message());
-        break;
-      }
-      case Instr::Kind::kCopy: {
-        const Tensor& src = args[0].tensor;
-        Tensor& dst = args[1].tensor;
-        if (src.dtype != dst.dtype) {
-          return Error::make(ErrorCode::kInvalidProgram, "instruction %zu (copy): dtype %s into %s", k,
-                             dtype_name(src.dtype), dtype_name(dst.dtype));
-        }
-        e = dst.resize(src.sizes, src.dim);
-        if (e) return e.with_context("instruction " + std::to_string(k) + " (copy)");
-        if (dst.data != src.data && src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
-        break;
-      }
-    }
+    EMBER_TRY(run_instruction(k, ctx));
     if (profile_) {
       profile_seconds_[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++profile_calls_[k];

@@ -60,10 +60,12 @@ def make_tokenizer() -> Any:
     return fast
 
 
-def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CONTEXT_LEN) -> Path:
+def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CONTEXT_LEN,
+                  quant: str | None = None) -> Path:
     """Exports (once per process and settings) and returns the path of the tiny .ember file.
-    `eos_token_id` replaces the model's EOS (to make a chosen greedy token end generation)."""
-    key = (eos_token_id, max_context_len)
+    `eos_token_id` replaces the model's EOS (to make a chosen greedy token end generation);
+    `quant` is a preset name (the linears then run on the CPU delegate)."""
+    key = (eos_token_id, max_context_len, quant)
     if key in _CACHE and _CACHE[key].exists():
         return _CACHE[key]
     from ember.llm import export_llm
@@ -74,8 +76,9 @@ def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CO
         model.config.eos_token_id = eos_token_id
         model.generation_config.eos_token_id = eos_token_id
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_token_id)
-    out = Path(tempfile.mkdtemp(prefix="ember-tiny-")) / f"tiny-{eos_token_id}-{max_context_len}.ember"
-    export_llm(model, out, max_context_len=max_context_len, max_seq_len=MAX_SEQ_LEN, tokenizer=tokenizer, progress=False)
+    out = Path(tempfile.mkdtemp(prefix="ember-tiny-")) / f"tiny-{eos_token_id}-{max_context_len}-{quant}.ember"
+    export_llm(model, out, max_context_len=max_context_len, max_seq_len=MAX_SEQ_LEN, tokenizer=tokenizer,
+               quant=quant, progress=False)
     _CACHE[key] = out
     return out
 

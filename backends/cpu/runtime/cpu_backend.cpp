@@ -296,6 +296,15 @@ class CpuBackend final : public Backend {
 
   void destroy(void* handle) override { delete static_cast<Handle*>(handle); }
 
+  // A linear's rows are independent: the int paths quantize each row alone and sum it exactly;
+  // the float path gives the same bits for up to kGemmMinRows - 1 rows (the block kernels),
+  // and the GEMM path above that sums in another order.
+  int64_t max_stacked_rows(const void* handle) const override {
+    const Handle& h = *static_cast<const Handle*>(handle);
+    if (h.op != Op::kLinear) return 0;
+    return h.act == Act::kFloat ? kGemmMinRows - 1 : std::numeric_limits<int64_t>::max();
+  }
+
   void describe_kernels(std::vector<KernelPath>& out) const override {
     const BlockKernels& k = block_kernels();
     out.push_back({"cpu.linear_int8_activations", kernel_isa_name(k.int_isa)});

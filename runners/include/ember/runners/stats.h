@@ -31,6 +31,7 @@ struct Stats {
   int64_t decode_steps = 0;        // single-token forward calls
   double decode_ms = 0;            // time in those calls
   double decode_tokens_per_s = 0;
+  double decode_batch_mean = 0;    // sessions per decode step on average, this one included (1: alone)
   double sampling_ms = 0;
   int64_t peak_rss_bytes = 0;      // getrusage(RUSAGE_SELF).ru_maxrss
   StopReason stop_reason = StopReason::kNone;

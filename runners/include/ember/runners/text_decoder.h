@@ -5,7 +5,9 @@
 // the K/V of positions [pos, pos + n) into the program's cache in place and returns a view of
 // the logits of the last position, float32[vocab_size], valid until the next step (it points
 // into the method's arena, or into this decoder's buffer when the program emits fp16/bf16).
-// No allocation per step. Not thread-safe.
+// No allocation per step. Not thread-safe. Decoders of one program that share a StepBatcher
+// (sessions) may step from their own threads at the same time: their steps go through it, and
+// single-token steps taken together run as one batch.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "ember/runners/llm_info.h"
+#include "ember/runners/step_batcher.h"
 #include "ember/runtime/error.h"
 #include "ember/runtime/method.h"
 #include "ember/runtime/program.h"
@@ -25,14 +28,24 @@ class TextDecoder {
  public:
   // Loads `method` of `program` and reads its llm.* metadata; keeps a reference to the program.
   // The KV cache is `state` when given (from program->new_state(): a session of its own), else
-  // the program's default state. Fails with kInvalidArgument for a non-LLM program.
+  // the program's default state. Its steps run through `batcher` when given (one shared by the
+  // sessions of the program), else directly. Fails with kInvalidArgument for a non-LLM program.
   static Result<std::unique_ptr<TextDecoder>> create(std::shared_ptr<Program> program,
                                                      std::string_view method = "forward",
-                                                     std::shared_ptr<ProgramState> state = nullptr);
+                                                     std::shared_ptr<ProgramState> state = nullptr,
+                                                     std::shared_ptr<StepBatcher> batcher = nullptr);
 
   // tokens: n ids in [0, vocab_size), 1 <= n <= max_seq_len, pos + n <= max_context_len.
   // Fails with kInvalidArgument naming the offending value; a kernel failure is returned as is.
   Result<const float*> step(const int64_t* tokens, int64_t n, int64_t pos);
+
+  // One single-token step of each of `n` decoders of one program in one batched execution
+  // (Method::execute_batch, one pass over the weights): decoders[i] takes tokens[i] at position
+  // positions[i], with the checks of step(). logits[i] receives decoders[i]'s view, as step()
+  // would return it, bit for bit. The decoders must be distinct and owned by the caller for the
+  // call. Returns the first failure, naming the decoder's index.
+  static Error step_batch(TextDecoder* const* decoders, size_t n, const int64_t* tokens, const int64_t* positions,
+                          const float** logits);
 
   // Restores the cache (this decoder's state) to its initial value.
   void reset_state() {
@@ -49,15 +62,24 @@ class TextDecoder {
   size_t state_bytes() const;
   size_t arena_bytes() const { return method_->arena_size(); }
 
+  // How many sessions' steps shared the last step's execution (1: it ran alone).
+  size_t last_batch_size() const { return last_batch_; }
+  const std::shared_ptr<StepBatcher>& batcher() const { return batcher_; }
+
   const LlmInfo& info() const { return info_; }
   const Program& program() const { return *program_; }
   std::shared_ptr<Program> shared_program() const { return program_; }
 
  private:
   TextDecoder() = default;
+  // step() in parts: checks and binds the inputs, then reads the last position's logits.
+  Error bind(const int64_t* tokens, int64_t n, int64_t pos);
+  Result<const float*> last_logits();
   std::shared_ptr<Program> program_;
   std::shared_ptr<ProgramState> state_;  // null: the program's default state
   std::unique_ptr<Method> method_;
+  std::shared_ptr<StepBatcher> batcher_;  // null: steps run directly
+  size_t last_batch_ = 1;
   LlmInfo info_;
   int64_t pos_buf_[1] = {0};
   std::vector<float> converted_;  // [vocab] when logits are not float32

@@ -55,12 +55,18 @@ class TextRunner {
   static Result<std::unique_ptr<TextRunner>> load(const std::string& path, int threads = 0,
                                                   LoadMode mode = LoadMode::kMmap);
   // A runner over `program`; its KV cache is `state` when given, else the program's default state.
+  // Its steps go through `batcher` (shared with the sessions made from it by new_session()); a
+  // new one when null.
   static Result<std::unique_ptr<TextRunner>> create(std::shared_ptr<Program> program,
-                                                    std::shared_ptr<ProgramState> state = nullptr);
+                                                    std::shared_ptr<ProgramState> state = nullptr,
+                                                    std::shared_ptr<StepBatcher> batcher = nullptr);
+  ~TextRunner();
   // A new, independent session over the same loaded program (the weights are shared, never
   // loaded again): its own KV cache (ProgramState), method arena, sampler, cached tokens and
-  // stats. Sessions may run concurrently, each from one thread at a time; the kernel thread
-  // pool is process-wide, and a session that finds it busy runs its kernels on its own thread.
+  // stats. Sessions may run concurrently, each from one thread at a time: their forward steps
+  // share one StepBatcher, which runs the decode steps of sessions generating at the same time
+  // as one batch (one pass over the weights per step for all of them; tokens identical to
+  // running each alone).
   // Errors: kOutOfMemory (the KV cache or the arena cannot be allocated).
   Result<std::unique_ptr<TextRunner>> new_session() const;
 
@@ -80,6 +86,10 @@ class TextRunner {
 
   // Raw forward for parity tests: bypasses the cached-token bookkeeping (which it clears).
   Result<const float*> forward(const int64_t* tokens, int64_t n, int64_t pos);
+  // Raw batched decode step: runners[i] (sessions of one program, distinct) takes tokens[i] at
+  // positions[i], all in one execution (TextDecoder::step_batch); logits[i] as forward() gives.
+  static Error forward_batch(TextRunner* const* runners, size_t n, const int64_t* tokens, const int64_t* positions,
+                             const float** logits);
 
   StopReason stop_reason() const { return stats_.stop_reason; }
   const Stats& stats() const { return stats_; }
@@ -92,6 +102,8 @@ class TextRunner {
   explicit TextRunner(std::unique_ptr<TextDecoder> decoder);
   bool is_stop_id(int64_t token) const;
   void finish(StopReason reason);
+  // Marks the runner as generating or not, and tells the batcher on a change.
+  void set_active(bool active);
 
   std::unique_ptr<TextDecoder> decoder_;
   Sampler sampler_;
@@ -104,6 +116,7 @@ class TextRunner {
   int64_t pending_ = kDone;       // sampled and returned but not yet fed
   bool active_ = false;
   Clock::time_point start_time_;
+  int64_t batched_steps_sum_ = 0;  // sum over decode steps of the sessions sharing each
 };
 
 }  // namespace runners

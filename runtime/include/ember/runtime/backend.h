@@ -37,6 +37,15 @@ class Backend {
                              size_t num_specs) = 0;
   virtual Error execute(void* handle, KernelContext& ctx, KernelArgs args) = 0;
   virtual void destroy(void* handle) = 0;
+  // How many rows a call with this handle may stack (Method::execute_batch): > 0 when it takes
+  // one input tensor [..., K] and one output [..., N] and, for calls of up to that many rows,
+  // computes each output row from the same input row alone, bit for bit as if that row came
+  // alone. A batch of methods then runs one call over their rows stacked (one pass over the
+  // weights for all of them). Default 0: never stacked.
+  virtual int64_t max_stacked_rows(const void* handle) const {
+    (void)handle;
+    return 0;
+  }
   // Appends the kernel families this backend runs and the ISA level of each, for
   // ember::kernel_paths() (default: none).
   virtual void describe_kernels(std::vector<KernelPath>& out) const { (void)out; }

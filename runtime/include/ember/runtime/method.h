@@ -62,6 +62,16 @@ class Method {
   // Runs all instructions. Fails with the op name and instruction index if a kernel fails,
   // or if an input was not bound.
   Error execute();
+  // Executes each of `methods` once, in lockstep: instances of one method of one Program, each
+  // with its own state and its inputs bound as for execute(). A delegate call whose backend
+  // allows it (Backend::max_stacked_rows) runs once over the rows of every
+  // method stacked, so the weights it reads are read once for the batch rather than once per
+  // method; every other instruction runs per method. Each method's outputs are the ones its own
+  // execute() would give, bit for bit. errors[i] (n entries, caller-owned) receives method i's
+  // result: a method that fails stops there and the others go on; one of another program or
+  // method than methods[0], or given twice, fails with kInvalidArgument. The caller must own
+  // every method for the call (none may run elsewhere meanwhile).
+  static void execute_batch(Method* const* methods, size_t n, Error* errors);
   const EValue& output(size_t i) const { return *outputs_[i]; }
 
   size_t arena_size() const { return arena_size_; }
@@ -78,6 +88,16 @@ class Method {
   // before it is read, and no kernel may write arena bytes it also reads. `storage` holds the
   // fb::Storage of each tensor value and -1 for other values.
   Error verify_dataflow(const std::vector<int8_t>& storage) const;
+  // execute() in parts, for execute_batch(): the input checks and per-execution resets, then
+  // instruction k with the instruction's index and op in any error.
+  Error begin_execution();
+  Error run_instruction(size_t k, KernelContext& ctx);
+  // Instruction k (a stackable delegate call) for `methods`: runs of them whose rows fit the
+  // backend's max_stacked_rows share one call over their rows stacked, the rest run alone
+  // (method_batch.cpp). errors[j] receives method j's result.
+  static void run_stacked(size_t k, Method* const* methods, size_t n, Error* errors);
+  // One delegate call over the rows of `methods` stacked (`rows` in all), scattered back.
+  static void stack_call(size_t k, Method* const* methods, size_t n, int64_t rows, Error* errors);
 
   std::shared_ptr<Program> program_;
   std::shared_ptr<ProgramState> state_;              // null: the program's default state

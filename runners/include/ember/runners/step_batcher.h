@@ -1,0 +1,82 @@
+// StepBatcher: one queue for the forward steps of every session of one loaded program, which
+// merges the decode steps of sessions that run at the same time into one batched execution
+// (continuous batching): one pass over the weights per step serves all of them.
+//
+// Sessions (TextDecoders of one Program, each with its own state and method) call run() from
+// their own threads. Executions never overlap: they share the weights and the kernel thread
+// pool, so the batcher runs one at a time, in whichever calling thread finds it free:
+//   - decode steps (one token) that wait together run as one Method::execute_batch, at most
+//     `max_batch` of them; each session's outputs are the ones it would get alone, bit for bit;
+//   - other steps (prefill chunks) run alone, alternating with the decode batches, so a
+//     newcomer's prefill and the others' decoding both keep going.
+// A decode step waits briefly for the other sessions in a generation (enter() / leave()) to
+// join its batch: until all of them have arrived, a prefill is waiting, or a quarter of the last
+// batch's time has passed (at most 2 ms), so a session that stops asking never holds up others.
+//
+// EMBER_BATCH_DECODE=0 turns batching off: run() then executes each step at once, in the
+// caller's thread, concurrently with the other sessions (the behaviour before batching).
+// All methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "ember/runtime/error.h"
+#include "ember/runtime/method.h"
+
+namespace ember {
+namespace runners {
+
+class StepBatcher {
+ public:
+  static constexpr size_t kDefaultMaxBatch = 8;
+
+  explicit StepBatcher(size_t max_batch = kDefaultMaxBatch);
+  StepBatcher(const StepBatcher&) = delete;
+  StepBatcher& operator=(const StepBatcher&) = delete;
+
+  // Executes `method` (its inputs bound; owned by the caller, who must not touch it until this
+  // returns). `decode`: a single-token step that may share a batch. Returns the method's result;
+  // `batch_size`, when given, receives how many steps shared the execution (1: alone).
+  Error run(Method* method, bool decode, size_t* batch_size = nullptr);
+
+  // A session starts / stops generating: decode batches wait for the sessions in between.
+  void enter();
+  void leave();
+
+  size_t max_batch() const { return max_batch_; }
+  // Whether batching is on (EMBER_BATCH_DECODE, read when the batcher is made).
+  bool enabled() const { return enabled_; }
+
+ private:
+  struct Request {
+    Method* method = nullptr;
+    Error error;
+    size_t batch = 0;
+    bool done = false;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  // The next job under the lock: fills `job` with the requests to run together and returns true,
+  // or returns false with `until` set to when to look again (Clock::time_point::max(): on notify).
+  bool next_job(Clock::time_point now, std::vector<Request*>* job, bool* decode, Clock::time_point* until);
+
+  const size_t max_batch_;
+  const bool enabled_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request*> decode_queue_, prefill_queue_;
+  Clock::time_point first_decode_arrival_;
+  Clock::duration last_batch_time_{0};
+  bool busy_ = false;
+  bool last_was_decode_ = false;
+  size_t active_ = 0;  // sessions between enter() and leave()
+};
+
+}  // namespace runners
+}  // namespace ember

@@ -1,0 +1,169 @@
+// Method::execute_batch: several instances of one method executed in lockstep, with each
+// stackable delegate call run once over the rows of all of them (batched decode: one pass over
+// a linear's weights serves every session of the step).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ember/runtime/method.h"
+#include "method_instr.h"
+
+namespace ember {
+
+void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
+  if (n == 0) return;
+  const Method* first = methods[0];
+  std::vector<Method*> live;  // the methods still running
+  std::vector<size_t> slot;   // errors[] index of each
+  live.reserve(n);
+  slot.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    Method* m = methods[i];
+    bool repeated = false;
+    for (size_t j = 0; j < i; ++j) repeated |= methods[j] == m;
+    if (m->program_ != first->program_ || m->name_ != first->name_ || repeated) {
+      errors[i] = Error::make(ErrorCode::kInvalidArgument,
+                              "execute_batch: method %zu %s method 0 ('%s'); a batch takes distinct instances of "
+                              "one method of one loaded program (sessions of one model)", i,
+                              repeated ? "is the same instance as" : "is of another program or method than",
+                              first->name_.c_str());
+      continue;
+    }
+    errors[i] = m->begin_execution();
+    if (errors[i]) continue;
+    live.push_back(m);
+    slot.push_back(i);
+  }
+  KernelContext ctx;
+  std::vector<Error> step_errors;
+  const size_t ni = first->instrs_.size();
+  for (size_t k = 0; k < ni && !live.empty(); ++k) {
+    step_errors.assign(live.size(), Error::ok());
+    if (live.size() > 1 && live[0]->instrs_[k].stackable) {
+      run_stacked(k, live.data(), live.size(), step_errors.data());
+    } else {
+      for (size_t j = 0; j < live.size(); ++j) step_errors[j] = live[j]->run_instruction(k, ctx);
+    }
+    // A method that failed stops here; the rest go on.
+    size_t w = 0;
+    for (size_t j = 0; j < live.size(); ++j) {
+      if (step_errors[j]) {
+        errors[slot[j]] = step_errors[j];
+        continue;
+      }
+      live[w] = live[j];
+      slot[w] = slot[j];
+      ++w;
+    }
+    live.resize(w);
+    slot.resize(w);
+  }
+}
+
+namespace {
+
+// The rows of a [..., K] tensor (all dims but the last).
+int64_t rows_of(const Tensor& t) { return t.prod(0, t.dim - 1); }
+
+uint8_t* aligned_bytes(std::vector<uint8_t>& buf, size_t bytes) {
+  buf.resize(bytes + 64);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - p % 64) % 64);
+}
+
+}  // namespace
+
+void Method::run_stacked(size_t k, Method* const* methods, size_t n, Error* errors) {
+  const DelegateInstance& d = methods[0]->delegates_[methods[0]->instrs_[k].index];
+  const int64_t max_rows = d.backend->max_stacked_rows(d.handle);
+  KernelContext ctx;
+  size_t j = 0;
+  while (j < n) {
+    // The longest run from j of methods whose inputs and outputs match j's and whose rows fit.
+    const Tensor& xj = methods[j]->instrs_[k].args[0]->tensor;
+    const Tensor& oj = methods[j]->instrs_[k].args[1]->tensor;
+    size_t e = j;
+    int64_t rows = 0;
+    if (xj.dim >= 1 && oj.dim >= 1 && oj.size(-1) > 0) {
+      while (e < n) {
+        const Tensor& x = methods[e]->instrs_[k].args[0]->tensor;
+        const Tensor& o = methods[e]->instrs_[k].args[1]->tensor;
+        const bool same = x.dim >= 1 && x.dtype == xj.dtype && x.size(-1) == xj.size(-1) && o.dtype == oj.dtype &&
+                          (x.data != nullptr || x.numel() == 0);
+        if (!same || rows + rows_of(x) > max_rows) break;
+        rows += rows_of(x);
+        ++e;
+      }
+    }
+    if (e - j < 2) {
+      errors[j] = methods[j]->run_instruction(k, ctx);
+      ++j;
+      continue;
+    }
+    stack_call(k, methods + j, e - j, rows, errors + j);
+    j = e;
+  }
+}
+
+void Method::stack_call(size_t k, Method* const* methods, size_t n, int64_t rows, Error* errors) {
+  struct Scratch {
+    std::vector<uint8_t> in, out;
+  };
+  thread_local Scratch scratch;  // reused by each thread that leads batches
+  const Tensor& x0 = methods[0]->instrs_[k].args[0]->tensor;
+  const Tensor& o0 = methods[0]->instrs_[k].args[1]->tensor;
+  EValue in, out;
+  in.tag = out.tag = Tag::kTensor;
+  in.tensor.dtype = x0.dtype;
+  in.tensor.dim = 2;
+  in.tensor.sizes[0] = rows;
+  in.tensor.sizes[1] = x0.size(-1);
+  in.tensor.capacity = in.tensor.nbytes();
+  in.tensor.data = aligned_bytes(scratch.in, in.tensor.capacity);
+  // Room for the output's last dim as planned (a linear's N is static); the backend's resize
+  // fails cleanly if it needs more.
+  out.tensor.dtype = o0.dtype;
+  out.tensor.dim = 2;
+  out.tensor.sizes[0] = rows;
+  out.tensor.sizes[1] = o0.size(-1);
+  out.tensor.capacity = out.tensor.nbytes();
+  out.tensor.data = aligned_bytes(scratch.out, out.tensor.capacity);
+  uint8_t* dst = static_cast<uint8_t*>(in.tensor.data);
+  for (size_t j = 0; j < n; ++j) {
+    const Tensor& x = methods[j]->instrs_[k].args[0]->tensor;
+    if (x.nbytes() > 0) std::memcpy(dst, x.data, x.nbytes());
+    dst += x.nbytes();
+  }
+  EValue* argv[2] = {&in, &out};
+  KernelContext ctx;
+  ctx.instruction = static_cast<int>(k);
+  const DelegateInstance& d = methods[0]->delegates_[methods[0]->instrs_[k].index];
+  Error e = d.backend->execute(d.handle, ctx, KernelArgs{argv, 2});
+  if (e) {
+    e = Error(e.code(), "instruction " + std::to_string(k) + " (delegate " + d.id + ", " + std::to_string(n) +
+                            " methods batched): " + e.message());
+    for (size_t j = 0; j < n; ++j) errors[j] = e;
+    return;
+  }
+  const int64_t cols = out.tensor.size(-1);
+  const size_t row_bytes = static_cast<size_t>(cols) * out.tensor.element_size();
+  const uint8_t* src = static_cast<const uint8_t*>(out.tensor.data);
+  for (size_t j = 0; j < n; ++j) {
+    const Tensor& x = methods[j]->instrs_[k].args[0]->tensor;
+    Tensor& o = methods[j]->instrs_[k].args[1]->tensor;
+    int64_t sizes[kMaxDims];
+    for (int dd = 0; dd < x.dim - 1; ++dd) sizes[dd] = x.sizes[dd];
+    sizes[x.dim - 1] = cols;
+    const size_t bytes = static_cast<size_t>(rows_of(x)) * row_bytes;
+    errors[j] = o.resize(sizes, x.dim);
+    if (errors[j]) {
+      errors[j] = errors[j].with_context("instruction " + std::to_string(k) + " (delegate " + d.id + ", batched)");
+    } else if (bytes > 0) {
+      std::memcpy(o.data, src, bytes);
+    }
+    src += bytes;
+  }
+}
+
+}  // namespace ember

@@ -1,0 +1,111 @@
+"""Batched decode: sessions of one model decoding at the same time share one pass over the
+weights per step (Method::execute_batch through the runners' StepBatcher), with every session's
+logits bit for bit what it gets alone. On the tiny Llama, fp32 (nothing stacks: per-session
+execution in lockstep) and quantized on the CPU delegate (the linears run once over the stacked
+rows): 8da4w (int8 activations) and q4 (fp32 activations, the block kernels)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import ember
+from ember.llm.api import forward_batch
+from ember.runtime.errors import InvalidArgumentError
+
+from tests.runners.tiny_llm import tiny_llm_path
+
+PROMPTS = ["It is a truth universally", "However little known the", "Café, naïve, 東京", "the rightful property",
+           "must be in want of a wife", "surrounding families", "a single man", "possession of a good fortune"]
+
+
+@pytest.fixture(scope="module", params=[None, "8da4w", "q4"], ids=["fp32", "8da4w", "q4"])
+def path(request):
+    return tiny_llm_path(quant=request.param)
+
+
+def _token_streams(llm, n: int, steps: int) -> list[list[int]]:
+    rng = np.random.default_rng(5)
+    return [rng.integers(5, llm.vocab_size, steps).tolist() for _ in range(n)]
+
+
+@pytest.mark.parametrize("batch", [2, 3, 5])
+def test_forward_batch_gives_each_session_its_own_logits_bit_for_bit(path, batch: int) -> None:
+    llm = ember.load(path, threads=2)
+    sessions = [llm] + [llm.session() for _ in range(batch - 1)]
+    steps = 12
+    streams = _token_streams(llm, batch, steps)
+    # Sessions start at different positions (each has its own cache slot and position).
+    starts = [(3 * i) % 8 for i in range(batch)]  # prefix lengths within llm.max_seq_len (8)
+    alone = []
+    for i, s in enumerate(sessions):
+        s.reset()
+        if starts[i]:
+            s.forward(streams[i][:1] * starts[i], 0)
+        alone.append([s.forward([streams[i][t]], starts[i] + t).copy() for t in range(steps)])
+    for i, s in enumerate(sessions):
+        s.reset()
+        if starts[i]:
+            s.forward(streams[i][:1] * starts[i], 0)
+    for t in range(steps):
+        rows = forward_batch(sessions, [streams[i][t] for i in range(batch)], [starts[i] + t for i in range(batch)])
+        for i in range(batch):
+            assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
+
+
+def test_sessions_in_threads_are_batched_and_match_sequential_runs(path) -> None:
+    llm = ember.load(path, threads=2)
+    n = 4
+    settings = dict(max_new_tokens=20, temperature=0, ignore_eos=True)
+    sequential = [llm.generate(p, **settings) for p in PROMPTS[:n]]
+    llm.reset()
+    sessions = [llm] + [llm.session() for _ in range(n - 1)]
+    results: list[str | None] = [None] * n
+    batch_means = [0.0] * n
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = sessions[i].generate(PROMPTS[i], **settings)
+            batch_means[i] = sessions[i].stats.decode_batch_mean
+        except BaseException as error:  # reported below, not lost on the thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert results == sequential
+    # The steps were shared: on average more than one session per decode step.
+    assert max(batch_means) > 1.0, batch_means
+    assert all(1.0 <= m <= n for m in batch_means), batch_means
+
+
+def test_a_session_alone_is_not_batched(path) -> None:
+    llm = ember.load(path, threads=2)
+    llm.session()  # an idle session never holds up the one that generates
+    llm.generate(PROMPTS[0], max_new_tokens=8, temperature=0, ignore_eos=True)
+    assert llm.stats.decode_batch_mean == 1.0
+
+
+def test_forward_batch_bad_input() -> None:
+    llm = ember.load(tiny_llm_path(), threads=2)
+    other = llm.session()
+    with pytest.raises(InvalidArgumentError, match="one token and one position per session"):
+        forward_batch([llm, other], [5], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="same one"):
+        forward_batch([llm, llm], [5, 6], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="another program"):
+        forward_batch([llm, ember.load(tiny_llm_path(), threads=2)], [5, 6], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="outside the vocabulary"):
+        forward_batch([llm, other], [5, llm.vocab_size], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="outside the context"):
+        forward_batch([llm, other], [5, 6], [0, llm.max_context_len])
+    with pytest.raises(InvalidArgumentError, match="non-empty list"):
+        forward_batch([], [], [])
