@@ -45,6 +45,21 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def _warm_up(url: str, sessions: int) -> None:
+    """One short request per session at once, untimed: the first touches of the mapped weights and
+    of each session's arena and cache are not what a running server costs."""
+    def one(i: int) -> None:
+        body = {"model": "bench", "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+                "max_tokens": 4, "temperature": 0}
+        httpx.post(url + "/v1/chat/completions", json=body, timeout=600).raise_for_status()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run(args: argparse.Namespace) -> dict:
     port = _free_port()
     cmd = [sys.executable, "-m", "ember", "serve", args.file, "--port", str(port), "--sessions", str(args.sessions),
@@ -65,6 +80,7 @@ def run(args: argparse.Namespace) -> dict:
                 raise SystemExit(f"ember serve did not start (exit code {server.poll()})")
             time.sleep(0.2)
 
+        _warm_up(url, args.sessions)
         lock = threading.Lock()
         counter = iter(range(args.requests))
         ttfts: list[float] = []

@@ -1,6 +1,7 @@
 #include "ember/runners/step_batcher.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace ember {
@@ -12,9 +13,9 @@ bool batching_enabled() {
   return v == nullptr || v[0] == '\0' || v[0] != '0';
 }
 
-// How long a decode step waits for the other active sessions: a quarter of the last batch's
-// execution time (their threads come back after sampling and whatever their callers do with
-// the token), between 50 us and 2 ms.
+// How long a step waits for the other active sessions: a quarter of the last batch's execution
+// time (their threads come back after sampling and whatever their callers do with the token),
+// between 50 us and 2 ms.
 std::chrono::steady_clock::duration join_window(std::chrono::steady_clock::duration last_batch) {
   using std::chrono::microseconds;
   return std::clamp<std::chrono::steady_clock::duration>(last_batch / 4, microseconds(50), microseconds(2000));
@@ -37,28 +38,24 @@ void StepBatcher::leave() {
   cv_.notify_all();  // a batch waiting for this session need not wait any more
 }
 
-bool StepBatcher::next_job(Clock::time_point now, std::vector<Request*>* job, bool* decode,
-                           Clock::time_point* until) {
+bool StepBatcher::next_job(Clock::time_point now, std::vector<Request*>* job, Clock::time_point* until) {
   *until = Clock::time_point::max();
-  const bool prefill_turn = !prefill_queue_.empty() && (decode_queue_.empty() || last_was_decode_);
-  if (prefill_turn) {
-    job->assign(1, prefill_queue_.front());
-    prefill_queue_.pop_front();
-    *decode = false;
-    return true;
-  }
-  if (decode_queue_.empty()) return false;
-  const size_t want = std::min(max_batch_, std::max<size_t>(active_, 1));
-  const Clock::time_point deadline = first_decode_arrival_ + join_window(last_batch_time_);
-  if (decode_queue_.size() < want && prefill_queue_.empty() && now < deadline) {
+  if (queue_.empty()) return false;
+  size_t decodes = 0;
+  for (const Request* r : queue_) decodes += r->decode ? 1 : 0;
+  // Wait (briefly) for the sessions in a generation that have not asked for their step yet.
+  const size_t want = std::min(max_batch_, active_);
+  // From the later of the oldest request's arrival and the end of the last batch: requests that
+  // queued up while a batch ran wait for that batch's sessions to come back, else the sessions
+  // would split into two convoys that alternate for good.
+  const Clock::time_point deadline = std::max(first_arrival_, last_batch_end_) + join_window(last_batch_time_);
+  if (decodes < want && now < deadline) {
     *until = deadline;
     return false;
   }
-  const size_t take = std::min(max_batch_, decode_queue_.size());
-  job->assign(decode_queue_.begin(), decode_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-  decode_queue_.erase(decode_queue_.begin(), decode_queue_.begin() + static_cast<std::ptrdiff_t>(take));
-  if (!decode_queue_.empty()) first_decode_arrival_ = now;
-  *decode = true;
+  const size_t take = std::min(max_batch_, queue_.size());
+  job->assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
   return true;
 }
 
@@ -67,13 +64,10 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
   if (!enabled_) return method->execute();
   Request req;
   req.method = method;
+  req.decode = decode;
   std::unique_lock<std::mutex> lk(mu_);
-  if (decode) {
-    if (decode_queue_.empty()) first_decode_arrival_ = Clock::now();
-    decode_queue_.push_back(&req);
-  } else {
-    prefill_queue_.push_back(&req);
-  }
+  if (queue_.empty()) first_arrival_ = Clock::now();
+  queue_.push_back(&req);
   cv_.notify_all();  // a thread waiting to fill a batch may have it now
   std::vector<Request*> job;
   std::vector<Method*> methods;
@@ -83,9 +77,8 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
       cv_.wait(lk);
       continue;
     }
-    bool job_decode = false;
     Clock::time_point until;
-    if (!next_job(Clock::now(), &job, &job_decode, &until)) {
+    if (!next_job(Clock::now(), &job, &until)) {
       if (until == Clock::time_point::max()) cv_.wait(lk);
       else cv_.wait_until(lk, until);
       continue;
@@ -104,13 +97,20 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
       for (size_t i = 0; i < job.size(); ++i) job[i]->error = errors[i];
     }
     const Clock::duration took = Clock::now() - t0;
+    if (std::getenv("EMBER_BATCH_TRACE")) {
+      size_t dec = 0;
+      for (Request* r : job) dec += r->decode;
+      std::fprintf(stderr, "batch %zu (%zu decode) waited %.2f ms ran %.2f ms\n", job.size(), dec,
+                   std::chrono::duration<double, std::milli>(t0 - first_arrival_).count(),
+                   std::chrono::duration<double, std::milli>(took).count());
+    }
     lk.lock();
     for (Request* r : job) {
       r->batch = job.size();
       r->done = true;
     }
-    if (job_decode) last_batch_time_ = took;
-    last_was_decode_ = job_decode;
+    last_batch_time_ = took;
+    last_batch_end_ = Clock::now();
     busy_ = false;
     cv_.notify_all();
   }
