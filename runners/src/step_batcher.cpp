@@ -1,7 +1,6 @@
 #include "ember/runners/step_batcher.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 
 namespace ember {
@@ -97,13 +96,6 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
       for (size_t i = 0; i < job.size(); ++i) job[i]->error = errors[i];
     }
     const Clock::duration took = Clock::now() - t0;
-    if (std::getenv("EMBER_BATCH_TRACE")) {
-      size_t dec = 0;
-      for (Request* r : job) dec += r->decode;
-      std::fprintf(stderr, "batch %zu (%zu decode) waited %.2f ms ran %.2f ms\n", job.size(), dec,
-                   std::chrono::duration<double, std::milli>(t0 - first_arrival_).count(),
-                   std::chrono::duration<double, std::milli>(took).count());
-    }
     lk.lock();
     for (Request* r : job) {
       r->batch = job.size();

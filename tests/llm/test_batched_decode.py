@@ -109,3 +109,24 @@ def test_forward_batch_bad_input() -> None:
         forward_batch([llm, other], [5, 6], [0, llm.max_context_len])
     with pytest.raises(InvalidArgumentError, match="non-empty list"):
         forward_batch([], [], [])
+
+
+def test_batching_can_be_turned_off(path, monkeypatch) -> None:
+    # EMBER_BATCH_DECODE=0 (read when the model is loaded): sessions then run side by side, unbatched.
+    monkeypatch.setenv("EMBER_BATCH_DECODE", "0")
+    llm = ember.load(path, threads=2)
+    other = llm.session()
+    settings = dict(max_new_tokens=12, temperature=0, ignore_eos=True)
+    expected = [llm.generate(p, **settings) for p in PROMPTS[:2]]
+    results: list[str | None] = [None, None]
+
+    def run(i: int, s) -> None:
+        results[i] = s.generate(PROMPTS[i], **settings)
+
+    threads = [threading.Thread(target=run, args=(i, s)) for i, s in enumerate([llm, other])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == expected
+    assert llm.stats.decode_batch_mean == other.stats.decode_batch_mean == 1.0
