@@ -9,7 +9,7 @@ namespace {
 
 bool batching_enabled() {
   const char* v = std::getenv("EMBER_BATCH_DECODE");
-  return v == nullptr || v[0] == '\0' || v[0] != '0';
+  return v == nullptr || v[0] != '0';
 }
 
 // How long a step waits for the other active sessions: a quarter of the last batch's execution
@@ -68,9 +68,8 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
   if (queue_.empty()) first_arrival_ = Clock::now();
   queue_.push_back(&req);
   cv_.notify_all();  // a thread waiting to fill a batch may have it now
-  std::vector<Request*> job;
-  std::vector<Method*> methods;
-  std::vector<Error> errors;
+  // job_, methods_ and errors_ belong to the thread that set busy_ until it clears it.
+  std::vector<Request*>& job = job_;
   while (!req.done) {
     if (busy_) {
       cv_.wait(lk);
@@ -89,11 +88,11 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
     if (job.size() == 1) {
       job[0]->error = job[0]->method->execute();
     } else {
-      methods.clear();
-      for (Request* r : job) methods.push_back(r->method);
-      errors.assign(job.size(), Error::ok());
-      Method::execute_batch(methods.data(), methods.size(), errors.data());
-      for (size_t i = 0; i < job.size(); ++i) job[i]->error = errors[i];
+      methods_.clear();
+      for (Request* r : job) methods_.push_back(r->method);
+      errors_.assign(job.size(), Error::ok());
+      Method::execute_batch(methods_.data(), methods_.size(), errors_.data());
+      for (size_t i = 0; i < job.size(); ++i) job[i]->error = errors_[i];
     }
     const Clock::duration took = Clock::now() - t0;
     lk.lock();

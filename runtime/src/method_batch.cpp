@@ -11,13 +11,20 @@
 #include "method_instr.h"
 
 namespace ember {
+
 void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
   if (n == 0) return;
   const Method* first = methods[0];
-  std::vector<Method*> live;  // the methods still running
-  std::vector<size_t> slot;   // errors[] index of each
-  live.reserve(n);
-  slot.reserve(n);
+  // Reused by each thread that runs batches: no allocation per step. Bound to references, since
+  // the pool tasks below run on other threads, where the names would mean their own copies.
+  thread_local std::vector<Method*> tl_live;
+  thread_local std::vector<size_t> tl_slot;
+  thread_local std::vector<Error> tl_errors;
+  std::vector<Method*>& live = tl_live;       // the methods still running
+  std::vector<size_t>& slot = tl_slot;        // errors[] index of each
+  std::vector<Error>& step_errors = tl_errors;
+  live.clear();
+  slot.clear();
   for (size_t i = 0; i < n; ++i) {
     Method* m = methods[i];
     bool repeated = false;
@@ -35,7 +42,6 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
     live.push_back(m);
     slot.push_back(i);
   }
-  std::vector<Error> step_errors;
   const size_t ni = first->instrs_.size();
   size_t k = 0;
   while (k < ni && !live.empty()) {

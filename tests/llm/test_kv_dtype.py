@@ -79,8 +79,10 @@ def test_kv_dtype_is_validated() -> None:
 
 @pytest.mark.slow
 def test_smollm2_int8_cache_costs_little_at_long_context(tmp_path: Path) -> None:
-    """The packaged SmolLM2 GGUF (its own blocks, exact) with an fp32 and an int8 KV cache, scored over
-    one 2,048-token window of prose: the int8 cache adds <= 0.5% to the perplexity, and still answers."""
+    """The packaged SmolLM2 GGUF (its own blocks, exact) with an int8 KV cache, scored over one 2,048-token
+    window of prose against transformers on the same GGUF in fp32 (the same weights: `--quant gguf` keeps
+    them bit for bit, and with an fp32 cache the file scores 0.9995 of it): the int8 cache adds <= 0.5% to
+    the perplexity, and still answers."""
     import ember
     from ember.evals import evaluate
     from ember.llm.exporter import export_llm
@@ -88,15 +90,13 @@ def test_smollm2_int8_cache_costs_little_at_long_context(tmp_path: Path) -> None
     from .gguf_fixture import smollm2_gguf_path
 
     gguf = smollm2_gguf_path()
-    ppl = {}
-    for kv_dtype in ("fp32", "int8"):
-        path = tmp_path / f"smol-{kv_dtype}.ember"
-        export_llm(str(gguf), path, quant="gguf", kv_dtype=kv_dtype, logits="all", max_context_len=2048,
-                   progress=False)
-        ppl[kv_dtype] = evaluate(path, tokens=2048, window=2048, progress=False).perplexity
+    path = tmp_path / "smol-int8.ember"
+    export_llm(str(gguf), path, quant="gguf", kv_dtype="int8", logits="all", max_context_len=2048, progress=False)
+    result = evaluate(path, tokens=2048, window=2048, reference=str(gguf), progress=False)
     assert ember.load(path).metadata["llm.kv_dtype"] == "int8"
-    print(f"\nperplexity over 2,048 tokens: fp32 cache {ppl['fp32']:.4f}, int8 cache {ppl['int8']:.4f}")
-    assert ppl["int8"] <= 1.005 * ppl["fp32"]
+    print(f"\nperplexity over 2,048 tokens: int8 cache {result.perplexity:.4f}, fp32 reference "
+          f"{result.reference_perplexity:.4f}, ratio {result.ppl_ratio:.5f}")
+    assert result.ppl_ratio <= 1.005
     answer = ember.load(path).chat([{"role": "user", "content": "What is the capital of France?"}],
                                    max_new_tokens=16, temperature=0)
     assert "Paris" in answer, answer

@@ -50,8 +50,11 @@ def program_bytes() -> bytes:
 @pytest.fixture(scope="session")
 def asan_tool() -> Path:
     build = REPO / "build" / "asan"
+    # -O1 -g1 (function names and lines, no variables): a third less compile time than -O2 -g (~150 s
+    # on 2 cores), and the reports still name the line.
     subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), "-DEMBER_ASAN=ON", "-DEMBER_PYTHON=OFF",
-                    "-DEMBER_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", f"-DPython_EXECUTABLE={sys.executable}"],
+                    "-DEMBER_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1",
+                    f"-DPython_EXECUTABLE={sys.executable}"],
                    check=True, capture_output=True)
     subprocess.run(["cmake", "--build", str(build), "--target", "ember_run_file", "-j", str(os.cpu_count() or 2)],
                    check=True, capture_output=True)

@@ -78,6 +78,10 @@ class StepBatcher {
   Clock::duration last_batch_time_{0};
   bool busy_ = false;
   size_t active_ = 0;  // sessions between enter() and leave()
+  // The running job, owned by the thread that set busy_ (reused: no allocation per step).
+  std::vector<Request*> job_;
+  std::vector<Method*> methods_;
+  std::vector<Error> errors_;
 };
 
 }  // namespace runners
