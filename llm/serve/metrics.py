@@ -21,6 +21,7 @@ class Metrics:
     prefill_seconds: float = 0.0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
+    decode_batch_sum: float = 0.0  # over decode steps: how many sessions shared the step
     ttft_buckets: list[int] = field(default_factory=lambda: [0] * len(_TTFT_BUCKETS))
     ttft_count: int = 0
     ttft_sum: float = 0.0
@@ -44,6 +45,7 @@ class Metrics:
         self.prefill_seconds += float(stats.prefill_ms) / 1e3
         self.decode_tokens += int(stats.decode_steps)
         self.decode_seconds += float(stats.decode_ms) / 1e3
+        self.decode_batch_sum += int(stats.decode_steps) * float(stats.decode_batch_mean)
 
     def render(self, gauges: dict[str, tuple[str, Callable[[], float]]]) -> str:
         """The exposition text; `gauges` maps a name to (help, read the current value)."""
@@ -66,6 +68,9 @@ class Metrics:
         metric("prefill_seconds_total", "counter", "Seconds spent in prefill.", [("", self.prefill_seconds)])
         metric("decode_tokens_total", "counter", "Decode steps.", [("", self.decode_tokens)])
         metric("decode_seconds_total", "counter", "Seconds spent in decode steps.", [("", self.decode_seconds)])
+        metric("decode_batch_mean", "gauge",
+               "Sessions sharing a decode step (one pass over the weights), on average over all requests so far.",
+               [("", self.decode_batch_sum / self.decode_tokens if self.decode_tokens else 0.0)])
         metric("prefill_tokens_per_second", "gauge", "Prefill throughput over all requests so far.",
                [("", self.prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0)])
         metric("decode_tokens_per_second", "gauge", "Decode throughput per session over all requests so far.",

@@ -166,7 +166,7 @@ def test_health_and_metrics(server, client) -> None:
     assert health["status"] == "ok" and health["sessions"] == 2 and health["queued"] == 0
     text = httpx.get(server.url + "/metrics").text
     for name in ("ember_requests_total{", "ember_completion_tokens_total", "ember_queue_depth",
-                 "ember_decode_tokens_per_second", "ember_prefill_tokens_per_second",
+                 "ember_decode_tokens_per_second", "ember_prefill_tokens_per_second", "ember_decode_batch_mean 1",
                  "ember_time_to_first_token_seconds_count"):
         assert name in text
     assert 'ember_requests_total{endpoint="/v1/chat/completions",status="200"}' in text
