@@ -64,13 +64,13 @@ class Method {
   Error execute();
   // Executes each of `methods` once, in lockstep: instances of one method of one Program, each
   // with its own state and its inputs bound as for execute(). A delegate call whose backend
-  // allows it (Backend::max_stacked_rows) runs once over the rows of every
-  // method stacked, so the weights it reads are read once for the batch rather than once per
-  // method; every other instruction runs per method. Each method's outputs are the ones its own
-  // execute() would give, bit for bit. errors[i] (n entries, caller-owned) receives method i's
-  // result: a method that fails stops there and the others go on; one of another program or
-  // method than methods[0], or given twice, fails with kInvalidArgument. The caller must own
-  // every method for the call (none may run elsewhere meanwhile).
+  // allows it (Backend::max_stacked_rows) runs once over the rows of every method stacked, so the
+  // weights it reads are read once for the batch rather than once per method; the instructions
+  // between such calls run per method, one thread-pool task per method. Each method's outputs
+  // are the ones its own execute() would give, bit for bit. errors[i] (n entries, caller-owned)
+  // receives method i's result: a method that fails stops there and the others go on; one of
+  // another program or method than methods[0], or given twice, fails with kInvalidArgument. The
+  // caller must own every method for the call (none may run elsewhere meanwhile).
   static void execute_batch(Method* const* methods, size_t n, Error* errors);
   const EValue& output(size_t i) const { return *outputs_[i]; }
 
