@@ -69,14 +69,13 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
   queue_.push_back(&req);
   cv_.notify_all();  // a thread waiting to fill a batch may have it now
   // job_, methods_ and errors_ belong to the thread that set busy_ until it clears it.
-  std::vector<Request*>& job = job_;
   while (!req.done) {
     if (busy_) {
       cv_.wait(lk);
       continue;
     }
     Clock::time_point until;
-    if (!next_job(Clock::now(), &job, &until)) {
+    if (!next_job(Clock::now(), &job_, &until)) {
       if (until == Clock::time_point::max()) cv_.wait(lk);
       else cv_.wait_until(lk, until);
       continue;
@@ -85,19 +84,19 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
     busy_ = true;
     lk.unlock();
     const Clock::time_point t0 = Clock::now();
-    if (job.size() == 1) {
-      job[0]->error = job[0]->method->execute();
+    if (job_.size() == 1) {
+      job_[0]->error = job_[0]->method->execute();
     } else {
       methods_.clear();
-      for (Request* r : job) methods_.push_back(r->method);
-      errors_.assign(job.size(), Error::ok());
+      for (Request* r : job_) methods_.push_back(r->method);
+      errors_.assign(job_.size(), Error::ok());
       Method::execute_batch(methods_.data(), methods_.size(), errors_.data());
-      for (size_t i = 0; i < job.size(); ++i) job[i]->error = errors_[i];
+      for (size_t i = 0; i < job_.size(); ++i) job_[i]->error = errors_[i];
     }
     const Clock::duration took = Clock::now() - t0;
     lk.lock();
-    for (Request* r : job) {
-      r->batch = job.size();
+    for (Request* r : job_) {
+      r->batch = job_.size();
       r->done = true;
     }
     last_batch_time_ = took;

@@ -216,10 +216,14 @@ void TextRunner::reset() {
   decoder_->reset_state();
 }
 
-Result<const float*> TextRunner::forward(const int64_t* tokens, int64_t n, int64_t pos) {
+void TextRunner::release_cache() {
   set_active(false);
   pending_ = kDone;
   cached_.clear();  // the caller now owns what the cache holds
+}
+
+Result<const float*> TextRunner::forward(const int64_t* tokens, int64_t n, int64_t pos) {
+  release_cache();
   return decoder_->step(tokens, n, pos);
 }
 
@@ -228,9 +232,7 @@ Error TextRunner::forward_batch(TextRunner* const* runners, size_t n, const int6
   std::vector<TextDecoder*> decoders(n);
   for (size_t i = 0; i < n; ++i) {
     EMBER_CHECK_ARG(runners[i] != nullptr, "forward_batch: runner %zu is null", i);
-    runners[i]->set_active(false);
-    runners[i]->pending_ = kDone;
-    runners[i]->cached_.clear();
+    runners[i]->release_cache();
     decoders[i] = runners[i]->decoder_.get();
   }
   return TextDecoder::step_batch(decoders.data(), n, tokens, positions, logits);

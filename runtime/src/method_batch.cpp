@@ -90,10 +90,19 @@ namespace {
 // The rows of a [..., K] tensor (all dims but the last).
 int64_t rows_of(const Tensor& t) { return t.prod(0, t.dim - 1); }
 
-uint8_t* aligned_bytes(std::vector<uint8_t>& buf, size_t bytes) {
-  buf.resize(bytes + 64);
+// A [rows, cols] tensor of `dtype` over `buf` (grown as needed, 64-byte aligned inside).
+EValue scratch_matrix(std::vector<uint8_t>& buf, DType dtype, int64_t rows, int64_t cols) {
+  EValue v;
+  v.tag = Tag::kTensor;
+  v.tensor.dtype = dtype;
+  v.tensor.dim = 2;
+  v.tensor.sizes[0] = rows;
+  v.tensor.sizes[1] = cols;
+  v.tensor.capacity = v.tensor.nbytes();
+  buf.resize(v.tensor.capacity + 64);
   const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - p % 64) % 64);
+  v.tensor.data = buf.data() + ((64 - p % 64) % 64);
+  return v;
 }
 
 }  // namespace
@@ -137,22 +146,10 @@ void Method::stack_call(size_t k, Method* const* methods, size_t n, int64_t rows
   thread_local Scratch scratch;  // reused by each thread that leads batches
   const Tensor& x0 = methods[0]->instrs_[k].args[0]->tensor;
   const Tensor& o0 = methods[0]->instrs_[k].args[1]->tensor;
-  EValue in, out;
-  in.tag = out.tag = Tag::kTensor;
-  in.tensor.dtype = x0.dtype;
-  in.tensor.dim = 2;
-  in.tensor.sizes[0] = rows;
-  in.tensor.sizes[1] = x0.size(-1);
-  in.tensor.capacity = in.tensor.nbytes();
-  in.tensor.data = aligned_bytes(scratch.in, in.tensor.capacity);
+  EValue in = scratch_matrix(scratch.in, x0.dtype, rows, x0.size(-1));
   // Room for the output's last dim as planned (a linear's N is static); the backend's resize
   // fails cleanly if it needs more.
-  out.tensor.dtype = o0.dtype;
-  out.tensor.dim = 2;
-  out.tensor.sizes[0] = rows;
-  out.tensor.sizes[1] = o0.size(-1);
-  out.tensor.capacity = out.tensor.nbytes();
-  out.tensor.data = aligned_bytes(scratch.out, out.tensor.capacity);
+  EValue out = scratch_matrix(scratch.out, o0.dtype, rows, o0.size(-1));
   uint8_t* dst = static_cast<uint8_t*>(in.tensor.data);
   for (size_t j = 0; j < n; ++j) {
     const Tensor& x = methods[j]->instrs_[k].args[0]->tensor;

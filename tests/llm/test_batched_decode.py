@@ -55,13 +55,10 @@ def test_forward_batch_gives_each_session_its_own_logits_bit_for_bit(path, batch
             assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
 
 
-def test_sessions_in_threads_are_batched_and_match_sequential_runs(path) -> None:
-    llm = ember.load(path, threads=2)
-    n = 4
-    settings = dict(max_new_tokens=20, temperature=0, ignore_eos=True)
-    sequential = [llm.generate(p, **settings) for p in PROMPTS[:n]]
-    llm.reset()
-    sessions = [llm] + [llm.session() for _ in range(n - 1)]
+def _generate_in_threads(sessions, settings: dict) -> tuple[list[str], list[float]]:
+    """Session i generates PROMPTS[i] in its own thread, all starting together: the answers and
+    each session's stats.decode_batch_mean."""
+    n = len(sessions)
     results: list[str | None] = [None] * n
     batch_means = [0.0] * n
     errors: list[BaseException] = []
@@ -80,7 +77,17 @@ def test_sessions_in_threads_are_batched_and_match_sequential_runs(path) -> None
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, errors
+    return results, batch_means
+
+
+def test_sessions_in_threads_are_batched_and_match_sequential_runs(path) -> None:
+    llm = ember.load(path, threads=2)
+    n = 4
+    settings = dict(max_new_tokens=20, temperature=0, ignore_eos=True)
+    sequential = [llm.generate(p, **settings) for p in PROMPTS[:n]]
+    llm.reset()
+    results, batch_means = _generate_in_threads([llm] + [llm.session() for _ in range(n - 1)], settings)
     assert results == sequential
     # The steps were shared: on average more than one session per decode step.
     assert max(batch_means) > 1.0, batch_means
@@ -118,15 +125,6 @@ def test_batching_can_be_turned_off(path, monkeypatch) -> None:
     other = llm.session()
     settings = dict(max_new_tokens=12, temperature=0, ignore_eos=True)
     expected = [llm.generate(p, **settings) for p in PROMPTS[:2]]
-    results: list[str | None] = [None, None]
-
-    def run(i: int, s) -> None:
-        results[i] = s.generate(PROMPTS[i], **settings)
-
-    threads = [threading.Thread(target=run, args=(i, s)) for i, s in enumerate([llm, other])]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, batch_means = _generate_in_threads([llm, other], settings)
     assert results == expected
-    assert llm.stats.decode_batch_mean == other.stats.decode_batch_mean == 1.0
+    assert batch_means == [1.0, 1.0]

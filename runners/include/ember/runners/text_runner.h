@@ -104,6 +104,8 @@ class TextRunner {
   void finish(StopReason reason);
   // Marks the runner as generating or not, and tells the batcher on a change.
   void set_active(bool active);
+  // For the raw forward calls: ends any generation and forgets the cached-token bookkeeping.
+  void release_cache();
 
   std::unique_ptr<TextDecoder> decoder_;
   Sampler sampler_;
