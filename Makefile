@@ -20,11 +20,14 @@ chat: $(VENV)/.ember-export
 generate: $(VENV)/.ember-export
 	$(VENV)/bin/ember generate -p "$(PROMPT)"
 
+# One pytest worker per core; a test file runs whole on one worker (its module fixtures once).
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile
+
 test: $(VENV)/.ember-test
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-fast: $(VENV)/.ember-test
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 install: $(VENV)/.ember-export
 install-test: $(VENV)/.ember-test

@@ -6,8 +6,10 @@
 Starts `ember serve FILE` on a free 127.0.0.1 port, then `--clients` threads each send chat
 requests (streamed, greedy, different questions) until `--requests` have been sent in total.
 Reports requests/s, aggregate decode tok/s (generated tokens / wall time of the run), p50 and p99
-time to first token (request sent -> first text chunk), and errors (goal: zero). Not a test:
-figures depend on the machine; run it on an idle one. Needs the serve extra and httpx.
+time to first token (request sent -> first text chunk), errors (goal: zero), and the CPU time the
+server and the clients spent over the run (on a small machine the clients share its cores with the
+server). Not a test: figures depend on the machine; run it on an idle one. Needs the serve extra,
+httpx and psutil.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is the capital of France?", "Name three primary colors.", "Explain what a bee does.",
@@ -58,6 +61,11 @@ def _warm_up(url: str, sessions: int) -> None:
         t.start()
     for t in threads:
         t.join()
+
+
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -119,17 +127,21 @@ def run(args: argparse.Namespace) -> dict:
                             errors.append(str(error))
 
         threads = [threading.Thread(target=client) for _ in range(args.clients)]
+        server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
         start = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - start
+        server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
+        client_cpu = time.process_time() - client_cpu
         return {
             "file": args.file, "sessions": args.sessions, "clients": args.clients, "requests": args.requests,
             "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
             "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": sum(tokens) / wall,
             "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+            "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
             "errors": len(errors), "first_errors": errors[:3],
         }
     finally:
@@ -158,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['requests']} requests of <= {result['max_tokens']} tokens in {result['wall_s']:.1f} s: "
               f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
               f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
-              f"{result['errors']} errors")
+              f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
+              f"clients {result['client_cpu_s']:.1f}")
     return 1 if result["errors"] else 0
 
 

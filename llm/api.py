@@ -107,12 +107,7 @@ class LLM:
         from ember.runners import _runner
 
         path = check_program_path(path)  # a folder, a .gguf, ...: says what to run instead
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                    or not 1 <= threads <= MAX_THREADS_ARGUMENT):
-            raise InvalidArgumentError(
-                f"threads must be None (one per physical core) or an int in [1, 2**31), got {threads!r}; "
-                "more threads than cores only slows decoding down"
-            )
+        _check_threads(threads, "None (one per physical core)")
         self._setup(path, _runner, _runner.Runner(path, threads or 0, bool(mmap)), None)
 
     def _setup(self, path: str, native: Any, runner: Any, parent: "LLM | None") -> None:
@@ -131,21 +126,30 @@ class LLM:
         self._generation = 0  # bumps on every start: a stale stream refuses to continue
         self._stats = GenerationStats.from_native(self._runner.stats)
 
-    def session(self) -> "LLM":
+    def session(self, threads: int | None = None) -> "LLM":
         """Another, independent conversation over the same loaded weights (never loaded again).
 
         The session has its own KV cache, activation arena, cached prompt and stats, and the
         same generate/chat API. Sessions may generate at the same time from different threads
         (one thread per session at a time), with the same results as one after another; each
         costs its KV cache (`state_bytes`) plus its arena (`arena_bytes`), not the weights.
-        The kernel thread pool is process-wide: a session that finds it busy runs on its own thread."""
+        Their steps share one process-wide kernel thread pool (sized by `ember.load(threads=)`);
+        `threads` caps how many of its threads this session's steps use (None: all; 1: the
+        session's own thread only). A step batched with other sessions' runs on the largest
+        count among them."""
+        _check_threads(threads, "None (the whole pool)")
         if self._tokenizer is None and self.metadata.get("tokenizer.data") is not None:
             _ = self.tokenizer  # build once here, so sessions share it (tokenizers are thread-safe)
         if self._chat_template is None and self.metadata.get("chat.template"):
             _ = self.chat_template
         other = LLM.__new__(LLM)
-        other._setup(self.path, self._native, self._runner.session(), self)
+        other._setup(self.path, self._native, self._runner.session(threads or 0), self)
         return other
+
+    @property
+    def threads(self) -> int | None:
+        """This session's kernel thread cap (None: the whole process-wide pool)."""
+        return int(self._runner.threads) or None
 
     @property
     def state_bytes(self) -> int:
@@ -412,6 +416,15 @@ class LLM:
     def __repr__(self) -> str:
         family = self.metadata.get("llm.family", "?")
         return f"ember.LLM({self.path!r}, family={family!r}, vocab={self.vocab_size}, context={self.max_context_len})"
+
+
+def _check_threads(threads: Any, default: str) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS_ARGUMENT):
+        raise InvalidArgumentError(
+            f"threads must be {default} or an int in [1, 2**31), got {threads!r}; "
+            "more threads than cores only slows decoding down"
+        )
 
 
 def _check_text(text: str, what: str) -> None:

@@ -91,10 +91,10 @@ class PyRunner {
 
   // A new session over the same loaded program: its own KV cache and runner state. Takes no
   // lock (it reads only what never changes after load), so it works while this runner generates.
-  std::unique_ptr<PyRunner> session() {
+  std::unique_ptr<PyRunner> session(int threads) {
     Result<std::unique_ptr<TextRunner>> r = [&] {
       py::gil_scoped_release nogil;
-      return runner_->new_session();
+      return runner_->new_session(threads);
     }();
     return std::make_unique<PyRunner>(unwrap(std::move(r)));
   }
@@ -292,8 +292,11 @@ PYBIND11_MODULE(_runner, m) {
       .def_property_readonly("max_context_len", [](PyRunner& r) { return r.runner().info().max_context_len; })
       .def_property_readonly("bos_id", [](PyRunner& r) { return r.runner().info().bos_id; })
       .def_property_readonly("eos_ids", [](PyRunner& r) { return r.runner().info().eos_ids; })
-      .def("session", &PyRunner::session,
-           "A new, independent session over the same loaded weights (its own KV cache, arena and state).")
+      .def("session", &PyRunner::session, py::arg("threads") = 0,
+           "A new, independent session over the same loaded weights (its own KV cache, arena and state); "
+           "threads > 0: its steps use at most that many of the process-wide pool's threads.")
+      .def_property_readonly("threads", [](PyRunner& r) { return r.runner().decoder().threads(); },
+                             "This session's thread cap (0: the whole pool).")
       .def_property_readonly("state_bytes", [](PyRunner& r) { return r.runner().decoder().state_bytes(); })
       .def_property_readonly("arena_bytes", [](PyRunner& r) { return r.runner().decoder().arena_bytes(); })
       .def("start", &PyRunner::start, py::arg("prompt_ids"), py::arg("config"),

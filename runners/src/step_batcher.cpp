@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "ember/runtime/thread_pool.h"
+
 namespace ember {
 namespace runners {
 namespace {
@@ -64,6 +66,7 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
   Request req;
   req.method = method;
   req.decode = decode;
+  req.threads = ThreadCap::current();
   std::unique_lock<std::mutex> lk(mu_);
   if (queue_.empty()) first_arrival_ = Clock::now();
   queue_.push_back(&req);
@@ -84,6 +87,9 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
     busy_ = true;
     lk.unlock();
     const Clock::time_point t0 = Clock::now();
+    int threads = job_[0]->threads;
+    for (const Request* r : job_) threads = ThreadCap::merge(threads, r->threads);
+    ThreadCap cap(threads);
     if (job_.size() == 1) {
       job_[0]->error = job_[0]->method->execute();
     } else {

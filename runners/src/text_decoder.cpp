@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ember/runtime/dtype.h"
+#include "ember/runtime/thread_pool.h"
 
 namespace ember {
 namespace runners {
@@ -83,6 +84,7 @@ Error TextDecoder::bind(const int64_t* tokens, int64_t n, int64_t pos) {
 Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos) {
   EMBER_TRY(bind(tokens, n, pos));
   last_batch_ = 1;
+  ThreadCap cap(threads_);  // the batcher carries it to whichever thread runs the step
   EMBER_TRY(batcher_ != nullptr ? batcher_->run(method_.get(), n == 1, &last_batch_) : method_->execute());
   return last_logits();
 }
@@ -97,6 +99,9 @@ Error TextDecoder::step_batch(TextDecoder* const* decoders, size_t n, const int6
     methods[i] = decoders[i]->method_.get();
   }
   std::vector<Error> errors(n);
+  int threads = decoders[0]->threads_;
+  for (size_t i = 1; i < n; ++i) threads = ThreadCap::merge(threads, decoders[i]->threads_);
+  ThreadCap cap(threads);
   Method::execute_batch(methods.data(), n, errors.data());
   for (size_t i = 0; i < n; ++i) {
     if (errors[i]) return errors[i].with_context("step_batch, decoder " + std::to_string(i));

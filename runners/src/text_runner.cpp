@@ -53,11 +53,14 @@ Result<std::unique_ptr<TextRunner>> TextRunner::create(std::shared_ptr<Program> 
   return runner;
 }
 
-Result<std::unique_ptr<TextRunner>> TextRunner::new_session() const {
+Result<std::unique_ptr<TextRunner>> TextRunner::new_session(int threads) const {
+  EMBER_CHECK_ARG(threads >= 0, "a session's threads must be >= 0 (0 = the whole pool), got %d", threads);
   std::shared_ptr<Program> program = decoder_->shared_program();
   auto state = program->new_state();
   if (!state.ok()) return state.error();
-  return create(std::move(program), std::move(state).value(), decoder_->batcher());
+  auto runner = create(std::move(program), std::move(state).value(), decoder_->batcher());
+  if (runner.ok()) (*runner)->decoder_->set_threads(threads);
+  return runner;
 }
 
 TextRunner::~TextRunner() { set_active(false); }

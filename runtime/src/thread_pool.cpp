@@ -58,6 +58,7 @@ int max_num_threads() {
 namespace {
 
 thread_local bool t_in_parallel = false;
+thread_local int t_thread_cap = 0;  // ThreadCap: 0 = none
 
 // EMBER_PROFILE's synchronization totals (nanoseconds), see PoolProfile.
 std::atomic<bool> g_profiling{false};
@@ -93,7 +94,7 @@ class Pool {
   }
 
   void run(int64_t n, int64_t grain, RangeFn fn) {
-    const int nt = threads();
+    const int nt = t_thread_cap > 0 ? std::min(t_thread_cap, threads()) : threads();
     int64_t chunks = grain > 0 ? (n + grain - 1) / grain : n;
     chunks = std::min<int64_t>(chunks, nt);
     if (chunks <= 1 || t_in_parallel) {
@@ -249,6 +250,10 @@ PoolProfile pool_profile() {
 int set_num_threads(int n) { return pool().set_threads(n); }
 Error thread_pool_error() { return pool().error(); }
 int get_num_threads() { return pool().threads(); }
+ThreadCap::ThreadCap(int n) : previous_(t_thread_cap) { t_thread_cap = std::max(0, n); }
+ThreadCap::~ThreadCap() { t_thread_cap = previous_; }
+int ThreadCap::current() { return t_thread_cap; }
+
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   pool().run(n, grain, fn);

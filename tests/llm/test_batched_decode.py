@@ -87,11 +87,21 @@ def test_sessions_in_threads_are_batched_and_match_sequential_runs(path) -> None
     settings = dict(max_new_tokens=20, temperature=0, ignore_eos=True)
     sequential = [llm.generate(p, **settings) for p in PROMPTS[:n]]
     llm.reset()
-    results, batch_means = _generate_in_threads([llm] + [llm.session() for _ in range(n - 1)], settings)
-    assert results == sequential
-    # The steps were shared: on average more than one session per decode step.
-    assert max(batch_means) > 1.0, batch_means
-    assert all(1.0 <= m <= n for m in batch_means), batch_means
+    sessions = [llm] + [llm.session() for _ in range(n - 1)]
+    # Whether steps meet depends on how the OS schedules the threads (a tiny model's step takes
+    # microseconds, and on a loaded machine a thread can miss every window), so this tries a few
+    # times: every try must match, and at least one must share steps.
+    seen = []
+    for _ in range(5):
+        results, batch_means = _generate_in_threads(sessions, settings)
+        assert results == sequential
+        assert all(1.0 <= m <= n for m in batch_means), batch_means
+        seen.append(batch_means)
+        if max(batch_means) > 1.0:  # more than one session per decode step on average
+            break
+        for s in sessions:
+            s.reset()
+    assert max(max(m) for m in seen) > 1.0, seen
 
 
 def test_a_session_alone_is_not_batched(path) -> None:

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import ember
+from ember.runtime.errors import InvalidArgumentError
 
 from tests.runners.tiny_llm import IM_START_ID, tiny_llm_path
 
@@ -97,3 +98,40 @@ def test_message_text_is_never_parsed_as_special_tokens(llm) -> None:
     plain = [{"role": "user", "content": "It is a truth"}]
     text = llm.chat_template.render(plain, add_generation_prompt=True)
     assert llm.chat_ids(plain) == llm.tokenizer.encode(text, add_special_tokens=False)
+
+
+_THREADS_SCRIPT = """
+import gc, sys
+import ember
+llm = ember.load(sys.argv[1], threads=2)
+capped = llm.session(threads=int(sys.argv[2]))
+text = capped.generate("It is a truth universally", max_new_tokens=12, temperature=0, ignore_eos=True)
+print(capped.threads)
+del capped
+gc.collect()  # the session's method prints its EMBER_PROFILE summary when it goes (the first one)
+assert text == llm.generate("It is a truth universally", max_new_tokens=12, temperature=0, ignore_eos=True)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_session_runs_on_its_own_thread_count(path, threads: int) -> None:
+    # EMBER_PROFILE counts the parallel loops that ran on more than one thread: none for a session
+    # capped at one thread, some for one allowed both (the same tokens either way).
+    import os
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, str(path), str(threads)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "EMBER_PROFILE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [str(threads)]
+    loops = float(re.findall(r"sync: \d+ threads?, ([\d.]+) parallel loops per call", proc.stderr)[0])
+    assert (loops == 0) if threads == 1 else (loops > 0), proc.stderr[-2000:]
+
+
+def test_session_threads_must_be_a_positive_int(llm) -> None:
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(InvalidArgumentError, match="threads must be None"):
+            llm.session(threads=bad)
+    assert llm.session().threads is None and llm.session(threads=1).threads == 1

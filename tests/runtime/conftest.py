@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.shared_work import exclusive
+
 REPO = Path(__file__).resolve().parents[2]
 ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:allocator_may_return_null=1",
             "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
@@ -52,10 +54,12 @@ def asan_tool() -> Path:
     build = REPO / "build" / "asan"
     # -O1 -g1 (function names and lines, no variables): a third less compile time than -O2 -g (~150 s
     # on 2 cores), and the reports still name the line.
-    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), "-DEMBER_ASAN=ON", "-DEMBER_PYTHON=OFF",
-                    "-DEMBER_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1",
-                    f"-DPython_EXECUTABLE={sys.executable}"],
-                   check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "--target", "ember_run_file", "-j", str(os.cpu_count() or 2)],
-                   check=True, capture_output=True)
+    # The build folder is shared by the xdist workers: the first builds, the others find it done.
+    with exclusive(REPO / "build" / "asan.lock"):
+        subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), "-DEMBER_ASAN=ON", "-DEMBER_PYTHON=OFF",
+                        "-DEMBER_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1", f"-DPython_EXECUTABLE={sys.executable}"],
+                       check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", str(build), "--target", "ember_run_file", "-j", str(os.cpu_count() or 2)],
+                       check=True, capture_output=True)
     return build / "ember_run_file"

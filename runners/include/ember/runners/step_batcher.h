@@ -13,6 +13,8 @@
 // batch: until all of them have asked, or a quarter of the last batch's time has passed (at
 // most 2 ms), so a session that stops asking never holds up the others for long.
 //
+// A step runs under its caller's ThreadCap; a batched one under the cap that allows the most
+// threads among its steps (ThreadCap::merge).
 // EMBER_BATCH_DECODE=0 turns batching off: run() then executes each step at once, in the
 // caller's thread, concurrently with the other sessions (the behaviour before batching).
 // All methods are thread-safe.
@@ -59,6 +61,7 @@ class StepBatcher {
     Method* method = nullptr;
     Error error;
     size_t batch = 0;
+    int threads = 0;  // the caller's ThreadCap
     bool decode = false;
     bool done = false;
   };

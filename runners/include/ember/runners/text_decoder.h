@@ -62,6 +62,12 @@ class TextDecoder {
   size_t state_bytes() const;
   size_t arena_bytes() const { return method_->arena_size(); }
 
+  // This decoder's kernel thread count: its steps' parallel loops use at most `n` threads of the
+  // process-wide pool (ThreadCap); 0 (the default): all of them. A batched execution runs on the
+  // most that any of its steps allows.
+  void set_threads(int n) { threads_ = n > 0 ? n : 0; }
+  int threads() const { return threads_; }
+
   // How many sessions' steps shared the last step's execution (1: it ran alone).
   size_t last_batch_size() const { return last_batch_; }
   const std::shared_ptr<StepBatcher>& batcher() const { return batcher_; }
@@ -80,6 +86,7 @@ class TextDecoder {
   std::unique_ptr<Method> method_;
   std::shared_ptr<StepBatcher> batcher_;  // null: steps run directly
   size_t last_batch_ = 1;
+  int threads_ = 0;  // set_threads: 0 = no cap
   LlmInfo info_;
   int64_t pos_buf_[1] = {0};
   std::vector<float> converted_;  // [vocab] when logits are not float32

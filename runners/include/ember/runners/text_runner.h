@@ -67,8 +67,10 @@ class TextRunner {
   // share one StepBatcher, which runs the decode steps of sessions generating at the same time
   // as one batch (one pass over the weights per step for all of them; tokens identical to
   // running each alone).
+  // `threads` > 0: the session's own kernel thread count, at most that many threads of the
+  // process-wide pool for its steps (TextDecoder::set_threads); 0: all of them.
   // Errors: kOutOfMemory (the KV cache or the arena cannot be allocated).
-  Result<std::unique_ptr<TextRunner>> new_session() const;
+  Result<std::unique_ptr<TextRunner>> new_session(int threads = 0) const;
 
   // Validates the prompt (non-empty, ids in the vocabulary, shorter than the context) and the
   // config, reuses the cached prefix and prefills the rest. On error the cache is left unknown

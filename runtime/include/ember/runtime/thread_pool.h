@@ -43,6 +43,28 @@ int max_num_threads();
 int set_num_threads(int n);
 int get_num_threads();
 
+// Caps the threads of the parallel loops this thread starts while the cap lives (RAII,
+// thread-local, nestable: the innermost cap wins, and the one before it comes back when it
+// ends). `n` <= 0: no cap (the pool's count); 1: every loop runs inline on this thread. A cap
+// never raises the count above get_num_threads(). Sessions of one program use it to run with
+// their own thread count over the one process-wide pool.
+class ThreadCap {
+ public:
+  explicit ThreadCap(int n);
+  ~ThreadCap();
+  ThreadCap(const ThreadCap&) = delete;
+  ThreadCap& operator=(const ThreadCap&) = delete;
+
+  // The cap in effect on the calling thread (0: none).
+  static int current();
+  // The cap for work shared by two callers with caps `a` and `b`: none when either has none,
+  // else the larger.
+  static int merge(int a, int b) { return a <= 0 || b <= 0 ? 0 : (a > b ? a : b); }
+
+ private:
+  int previous_;
+};
+
 // Why the last attempt to start worker threads failed (kOutOfMemory with the OS's reason and
 // the count reached), or Error::ok(). Cleared by a set_num_threads that starts all its workers.
 Error thread_pool_error();
