@@ -1,0 +1,28 @@
+"""Smoke test of evals/bench_serve.py: it starts `ember serve` on a tiny model, drives it with 2
+streaming clients and reports its figures (JSON) with no errors, then stops the server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.runners.tiny_llm import tiny_llm_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_serve_reports_a_clean_run() -> None:
+    requests, max_tokens = 6, 5
+    proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--sessions",
+                           "2", "--clients", "2", "--requests", str(requests), "--max-tokens", str(max_tokens),
+                           "--threads", "1", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert result["errors"] == 0 and result["first_errors"] == []
+    assert result["requests_per_s"] > 0 and result["wall_s"] > 0
+    # every request streamed its usage: decode tok/s counts at most max_tokens per request
+    assert 0 < result["decode_tokens_per_s"] * result["wall_s"] <= requests * max_tokens + 1e-6
+    assert 0 < result["ttft_p50_ms"] <= result["ttft_p99_ms"]
+    assert result["server_cpu_s"] > 0 and result["client_cpu_s"] >= 0
