@@ -18,12 +18,17 @@ def export(module: torch.nn.Module, args: Sequence[Any], dynamic_shapes: Any = N
 
 
 def to_ember(programs: Any, tmp_path: Any = None, **lower_kwargs: Any) -> ember.runtime.Program:
-    """Lowers, saves to a file, and loads the file with the runtime."""
+    """Lowers, saves to a file, and loads the file with the runtime. Without `tmp_path` the file
+    goes to a temporary folder removed once it is loaded (the runtime holds its own copy or map)."""
     program = lower(programs, **lower_kwargs)
-    directory = tmp_path or tempfile.mkdtemp()
-    path = os.path.join(str(directory), "model.ember")
-    program.save(path)
-    return ember.runtime.load(path)
+    if tmp_path is not None:
+        path = os.path.join(str(tmp_path), "model.ember")
+        program.save(path)
+        return ember.runtime.load(path)
+    with tempfile.TemporaryDirectory(prefix="ember-test-") as directory:
+        path = os.path.join(directory, "model.ember")
+        program.save(path)
+        return ember.runtime.load(path)
 
 
 def run_module(module: torch.nn.Module, args: Sequence[Any], dynamic_shapes: Any = None,

@@ -8,7 +8,9 @@ across tokens and exercise the UTF-8-safe streaming path.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,7 +78,9 @@ def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CO
         model.config.eos_token_id = eos_token_id
         model.generation_config.eos_token_id = eos_token_id
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_token_id)
-    out = Path(tempfile.mkdtemp(prefix="ember-tiny-")) / f"tiny-{eos_token_id}-{max_context_len}-{quant}.ember"
+    folder = tempfile.mkdtemp(prefix="ember-tiny-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the file lives as long as this process
+    out = Path(folder) / f"tiny-{eos_token_id}-{max_context_len}-{quant}.ember"
     export_llm(model, out, max_context_len=max_context_len, max_seq_len=MAX_SEQ_LEN, tokenizer=tokenizer,
                quant=quant, progress=False)
     _CACHE[key] = out
@@ -84,7 +88,6 @@ def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CO
 
 
 if __name__ == "__main__":  # python -m tests.runners.tiny_llm [OUT]: export it somewhere
-    import shutil
     import sys
 
     src = tiny_llm_path()
