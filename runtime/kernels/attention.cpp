@@ -204,7 +204,9 @@ void attend_decode(const AttendArgs& a) {
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);
         const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
-        for (int64_t g = 0; g < group; ++g) gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0);
+        for (int64_t g = 0; g < group; ++g) {
+          gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0, !a.k.in_place());
+        }
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * chunk;

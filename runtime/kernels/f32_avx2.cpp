@@ -201,6 +201,8 @@ EMBER_AVX2 inline __m256 reduce8_avx2(const __m256* v) {
 }
 
 // y[n0..n1) = W rows · x for short rows (attention scores): 8 rows per step, one reduction tree.
+// kPrefetch: the rows come from memory (fetch the next 8 early), not from L1.
+template <bool kPrefetch>
 EMBER_AVX2 void gemv_short_rows_avx2(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1,
                                      float* y, const float* bias) {
   const int64_t K8 = K & ~int64_t{7};
@@ -212,7 +214,9 @@ EMBER_AVX2 void gemv_short_rows_avx2(const float* x, const float* W, int64_t ldw
     for (int64_t k = 0; k < K8; k += 8) {
       const __m256 xv = _mm256_loadu_ps(x + k);
       // Cache rows usually come from DRAM (evicted by the weight stream): fetch the next 8 early.
-      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + (8 + j) * ldw + k), _MM_HINT_T0);
+      if (kPrefetch) {
+        for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + (8 + j) * ldw + k), _MM_HINT_T0);
+      }
       for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + j * ldw + k), xv, a[j]);
     }
     alignas(32) float sums[8];
@@ -303,7 +307,8 @@ void add_f32_avx2(F32Kernels& t) {
   t.dot.set(dot_avx2, kLevel);
   t.axpy.set(axpy_avx2, kLevel);
   t.gemv_rows.set(gemv_rows_avx2, kLevel);
-  t.gemv_short_rows.set(gemv_short_rows_avx2, kLevel);
+  t.gemv_short_rows.set(gemv_short_rows_avx2<true>, kLevel);
+  t.gemv_cached_rows.set(gemv_short_rows_avx2<false>, kLevel);
   t.ukernel.set(ukernel_avx2, kLevel);
   t.ukernel_max_rows = 6;
   t.softmax.set(scaled_softmax_avx2, kLevel);

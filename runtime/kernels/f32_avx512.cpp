@@ -300,6 +300,7 @@ void add_f32_avx512(F32Kernels& t) {
   t.axpy.set(axpy_avx512, kLevel);
   t.gemv_rows.set(gemv_rows_avx512, kLevel);
   t.gemv_short_rows.set(gemv_short_rows_avx512, kLevel);
+  t.gemv_cached_rows.set(gemv_short_rows_avx512, kLevel);  // not measured without its prefetch yet
   t.ukernel.set(ukernel_avx512, kLevel);
   t.ukernel_max_rows = 12;  // 24 accumulators: fewer loads per FMA
   t.softmax.set(scaled_softmax_avx512, kLevel);

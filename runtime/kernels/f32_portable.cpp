@@ -103,6 +103,7 @@ void add_f32_portable(F32Kernels& t) {
   t.axpy.set(axpy_portable, kLevel);
   t.gemv_rows.set(gemv_rows_portable, kLevel);
   t.gemv_short_rows.set(gemv_rows_portable, kLevel);
+  t.gemv_cached_rows.set(gemv_rows_portable, kLevel);
   t.ukernel.set(ukernel_portable, kLevel);
   t.ukernel_max_rows = 6;
   t.softmax.set(softmax_portable, kLevel);

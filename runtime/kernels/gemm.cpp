@@ -39,6 +39,7 @@ void describe_f32_kernels(std::vector<KernelPath>& out) {
   add("f32.axpy", t.axpy.isa);
   add("f32.gemv", t.gemv_rows.isa);
   add("f32.gemv_short_rows", t.gemv_short_rows.isa);
+  add("f32.gemv_cached_rows", t.gemv_cached_rows.isa);
   add("f32.gemm_ukernel", t.ukernel.isa);
   add("f32.softmax", t.softmax.isa);
   add("f32.silu", t.silu.isa);
@@ -93,9 +94,11 @@ float dot_f32(const float* a, const float* b, int64_t n) { return f32_kernels().
 
 void axpy_f32(float s, const float* x, float* y, int64_t n) { f32_kernels().axpy.fn(s, x, y, n); }
 
-void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y) {
+void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                   bool rows_in_l1) {
   const F32Kernels& t = f32_kernels();
-  (K <= kShortRowK ? t.gemv_short_rows.fn : t.gemv_rows.fn)(x, W, ldw, K, n0, n1, y, nullptr);
+  const GemvRowsFn fn = K > kShortRowK ? t.gemv_rows.fn : rows_in_l1 ? t.gemv_cached_rows.fn : t.gemv_short_rows.fn;
+  fn(x, W, ldw, K, n0, n1, y, nullptr);
 }
 
 void rms_norm_row_f32(const float* x, const float* w, int64_t n, float eps, float* y) {

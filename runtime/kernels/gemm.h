@@ -23,8 +23,10 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const vo
 void gemv_nk_f32(int64_t N, int64_t K, const float* x, const float* W, int64_t ldw, float* y, const float* bias);
 
 // Single-threaded (for use inside a parallel task): y[n] = W[n, :] · x for n in [n0, n1); fp32 W
-// rows of K values with row stride ldw.
-void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y);
+// rows of K values with row stride ldw. rows_in_l1: W was just written to a small buffer (no
+// prefetching of the rows that follow).
+void gemv_rows_f32(const float* x, const float* W, int64_t ldw, int64_t K, int64_t n0, int64_t n1, float* y,
+                   bool rows_in_l1 = false);
 
 // Single-threaded: s[j] = exp(s[j] * scale - m) with m = max_j(s[j] * scale); returns the sum of
 // the exponentials and stores m in *max_out (the pieces of a softmax that can be merged).
