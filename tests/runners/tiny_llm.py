@@ -79,7 +79,8 @@ def tiny_llm_path(eos_token_id: int | None = None, max_context_len: int = MAX_CO
         model.generation_config.eos_token_id = eos_token_id
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_token_id)
     folder = tempfile.mkdtemp(prefix="ember-tiny-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the file lives as long as this process
+    owner = os.getpid()  # a forked child that exits normally must not remove its parent's file
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(folder, ignore_errors=True))
     out = Path(folder) / f"tiny-{eos_token_id}-{max_context_len}-{quant}.ember"
     export_llm(model, out, max_context_len=max_context_len, max_seq_len=MAX_SEQ_LEN, tokenizer=tokenizer,
                quant=quant, progress=False)
