@@ -7,7 +7,8 @@ path on every node, or on shared storage) and builds `create_app(config)`: its o
 it samples; every response names the replica that answered in an `x-ember-replica` header.
 
     ember serve smol.ember --ray --replicas 2 --threads 4            # a local Ray on this machine
-    ember serve /mnt/models/smol.ember --ray --ray-address auto --replicas 8 --threads 4   # a cluster
+    ember serve "$MODELS/smol.ember" --ray --ray-address auto --replicas 8 --threads 4   # a cluster
+    # ($MODELS: a folder that holds the file at the same path on every node, your choice)
 
 or from Python, on a Ray that is already up:
 
@@ -15,7 +16,7 @@ or from Python, on a Ray that is already up:
     from ember.llm.serve.config import ServeConfig
     from ember.llm.serve.ray_deployment import build_app
 
-    serve.run(build_app(ServeConfig(path="/mnt/models/smol.ember", threads=4), replicas=2),
+    serve.run(build_app(ServeConfig(path="smol.ember", threads=4), replicas=2),  # that path on every node
               name="ember", route_prefix="/")
 
 Needs the optional ``ray`` extra (``pip install "ember[ray]"``); ray is imported only when a
