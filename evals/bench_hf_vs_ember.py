@@ -104,13 +104,25 @@ def bench_side_by_side(ember_file: Path, gguf: Path | None, ids: list[int], gen_
     return result
 
 
-def ember_decode_at(path: Path, ids: list[int], position: int, steps: int, threads: int) -> float:
+def ember_decode_by_position(path: Path, ids: list[int], positions: list[int], steps: int, threads: int,
+                             rounds: int) -> dict[str, Any]:
+    """Decode tok/s at each position: one loaded file, a session per position, the positions
+    alternating for `rounds` rounds (a slow spell of a shared machine hits them all); medians, the
+    runs, and late / early for the last position against the first."""
     import ember
 
     llm = ember.load(path, threads=threads)
-    long_ids = (ids * (position // max(len(ids), 1) + 2))[:position]
-    llm.generate_ids(long_ids, max_new_tokens=steps, temperature=0.0, ignore_eos=True)
-    return llm.stats.decode_tokens_per_s
+    sessions = [llm] + [llm.session() for _ in positions[1:]]
+    prompts = [(ids * (pos // max(len(ids), 1) + 2))[:pos] for pos in positions]
+    runs: dict[int, list[float]] = {pos: [] for pos in positions}
+    for _ in range(rounds):
+        for session, prompt, pos in zip(sessions, prompts, positions):
+            # After the first round the prompt is the cached prefix: only the decode steps run.
+            session.generate_ids(prompt, max_new_tokens=steps, temperature=0.0, ignore_eos=True)
+            runs[pos].append(session.stats.decode_tokens_per_s)
+    med = {pos: statistics.median(r) for pos, r in runs.items()}
+    return {"tokens_per_s": {str(p): med[p] for p in positions}, "runs": {str(p): r for p, r in runs.items()},
+            "late_over_early": med[positions[-1]] / med[positions[0]]}
 
 
 def machine() -> dict[str, Any]:
@@ -129,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ember-file", type=Path, default=None,
                    help="a fp32 SmolLM2 .ember (default: the default model, exported once with max_context_len 2048)")
     p.add_argument("--positions", type=int, nargs=2, default=[100, 1900], metavar=("EARLY", "LATE"))
-    p.add_argument("--decode-steps", type=int, default=32, help="decode steps timed at each position")
+    p.add_argument("--decode-steps", type=int, default=32,
+                   help="decode steps timed at each position, per repeat (the positions alternate)")
     p.add_argument("--skip-hf", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -153,9 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_hf:
         for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
             result[f"ratio_{key}"] = result["ember"][key] / result["hf_eager"][key]
-    early, late = args.positions
-    result["ember_decode_by_position"] = {
-        str(pos): ember_decode_at(ember_file, ids, pos, args.decode_steps, args.threads) for pos in (early, late)}
+    result["ember_decode_by_position"] = ember_decode_by_position(ember_file, ids, args.positions, args.decode_steps,
+                                                                 args.threads, args.repeats)
 
     if args.json:
         print(json.dumps(result, indent=2))
@@ -177,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     rss_note = " (this process, with the HF model loaded too; `ember bench` gives ember's own)" if "hf_eager" in result else ""
     print(f"ember time to first token {e['time_to_first_token_ms']:.1f} ms, load {e['load_s'] * 1000:.0f} ms, "
           f"peak RSS {e['peak_rss_mib']:.0f} MiB{rss_note}")
-    for pos, tps in result["ember_decode_by_position"].items():
-        print(f"ember decode at position ~{pos}: {tps:.1f} tok/s")
+    by_pos = result["ember_decode_by_position"]
+    for pos, tps in by_pos["tokens_per_s"].items():
+        runs = " ".join(f"{r:.1f}" for r in by_pos["runs"][pos])
+        print(f"ember decode at position ~{pos}: {tps:.1f} tok/s (runs: {runs})")
+    print(f"ember decode late / early: {by_pos['late_over_early']:.2f}")
     return 0
 
 

@@ -183,7 +183,11 @@ void attend_decode(const AttendArgs& a) {
   const float* qp = q.ptr<float>();
   // The query heads of a group walk the chunk together, one block of rows at a time: each K/V
   // row comes from memory once and is reused from L1 by the other heads of its group.
+  // An int8 cache is read in place by the f32.i8_* kernels: codes widened in registers, scales
+  // applied per row (no fp32 copy of the block).
   constexpr int64_t kBlock = 64;
+  const F32Kernels& f32 = f32_kernels();
+  const bool int8_cache = a.k.t->dtype == DType::kInt8 && a.v.t->dtype == DType::kInt8;
   auto body = [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scores, rowbuf;
     scores.resize(static_cast<size_t>(group * chunk));
@@ -201,11 +205,15 @@ void attend_decode(const AttendArgs& a) {
         std::fill(sl + 2, sl + slot, 0.0f);
       }
       if (nk <= 0) continue;
-      for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
-        const int64_t nb = std::min(kBlock, nk - j0);
-        const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
-        for (int64_t g = 0; g < group; ++g) {
-          gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0, !a.k.in_place());
+      if (int8_cache) {
+        f32.i8_scores.fn(qg, group, a.k.t->ptr<int8_t>() + row0 * D, a.k.scales + row0, nk, D, scores.data(), chunk);
+      } else {
+        for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+          const int64_t nb = std::min(kBlock, nk - j0);
+          const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
+          for (int64_t g = 0; g < group; ++g) {
+            gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0, !a.k.in_place());
+          }
         }
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -214,6 +222,11 @@ void attend_decode(const AttendArgs& a) {
         const float sum = capped_softmax(s, nk, sc, cap, &mx);
         sl0[g * slot] = mx;
         sl0[g * slot + 1] = sum;
+      }
+      if (int8_cache) {
+        f32.i8_weighted_rows.fn(scores.data(), chunk, group, a.v.t->ptr<int8_t>() + row0 * D, a.v.scales + row0, nk, D,
+                                sl0 + 2, slot);
+        continue;
       }
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);

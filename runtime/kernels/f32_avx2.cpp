@@ -291,6 +291,140 @@ EMBER_AVX2 void scaled_i8_to_float_avx2(const int8_t* src, const float* scales, 
   }
 }
 
+// 8 int8 codes as 8 floats (exact).
+EMBER_AVX2 inline __m256 i8x8_to_ps(const int8_t* c) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+}
+
+// Scores of NG (<= 3) query heads against rows of int8 codes, 4 rows per step: each 8 codes are
+// widened once, in a register, for all NG heads; 4 x NG independent accumulators; the 4 rows'
+// sums come out of one horizontal-add tree per head.
+template <int NG>
+EMBER_AVX2 void i8_scores_avx2_t(const float* q, const int8_t* K, const float* scales, int64_t n, int64_t D, float* s,
+                                 int64_t lds) {
+  const int64_t D8 = D & ~int64_t{7};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const int8_t* k = K + j * D;
+    __m256 acc[NG][4];
+    for (int g = 0; g < NG; ++g)
+      for (int r = 0; r < 4; ++r) acc[g][r] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D8; d += 8) {
+      for (int r = 0; r < 4; ++r) {
+        const __m256 kv = i8x8_to_ps(k + r * D + d);
+        for (int g = 0; g < NG; ++g) acc[g][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + g * D + d), acc[g][r]);
+      }
+    }
+    const __m128 sc = _mm_loadu_ps(scales + j);
+    for (int g = 0; g < NG; ++g) {
+      const __m256 t0 = _mm256_hadd_ps(acc[g][0], acc[g][1]), t1 = _mm256_hadd_ps(acc[g][2], acc[g][3]);
+      const __m256 u = _mm256_hadd_ps(t0, t1);  // per 128-bit half: the 4 rows' partial sums
+      __m128 sums = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+      if (D8 < D) {
+        alignas(16) float t[4];
+        _mm_store_ps(t, sums);
+        for (int r = 0; r < 4; ++r)
+          for (int64_t d = D8; d < D; ++d) t[r] += q[g * D + d] * static_cast<float>(k[r * D + d]);
+        sums = _mm_load_ps(t);
+      }
+      _mm_storeu_ps(s + g * lds + j, _mm_mul_ps(sums, sc));
+    }
+  }
+  for (; j < n; ++j) {
+    const int8_t* k = K + j * D;
+    for (int g = 0; g < NG; ++g) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D8; d += 8) acc = _mm256_fmadd_ps(i8x8_to_ps(k + d), _mm256_loadu_ps(q + g * D + d), acc);
+      float r = hsum256(acc);
+      for (int64_t d = D8; d < D; ++d) r += q[g * D + d] * static_cast<float>(k[d]);
+      s[g * lds + j] = r * scales[j];
+    }
+  }
+}
+
+EMBER_AVX2 void i8_scores_avx2(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
+                               float* s, int64_t lds) {
+  for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators, all in registers
+    const float* qg = q + g0 * D;
+    float* sg = s + g0 * lds;
+    switch (std::min<int64_t>(3, G - g0)) {
+      case 1: i8_scores_avx2_t<1>(qg, K, scales, n, D, sg, lds); break;
+      case 2: i8_scores_avx2_t<2>(qg, K, scales, n, D, sg, lds); break;
+      default: i8_scores_avx2_t<3>(qg, K, scales, n, D, sg, lds); break;
+    }
+  }
+}
+
+// out[g][d0 + 0..8 NC) += sum_j w[g * ldw + j] * V[j][d0 + ...] for NG (<= 3) heads: NG x NC
+// accumulators and NG broadcast weights stay in registers.
+template <int NG, int NC>
+EMBER_AVX2 void i8_weighted_cols_avx2(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D, int64_t d0,
+                                      float* out, int64_t ldo) {
+  __m256 acc[NG][NC];
+  for (int g = 0; g < NG; ++g)
+    for (int c = 0; c < NC; ++c) acc[g][c] = _mm256_loadu_ps(out + g * ldo + d0 + 8 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const int8_t* v = V + j * D + d0;
+    __m256 wg[NG];
+    for (int g = 0; g < NG; ++g) wg[g] = _mm256_broadcast_ss(w + g * ldw + j);
+    for (int c = 0; c < NC; ++c) {
+      const __m256 x = i8x8_to_ps(v + 8 * c);
+      for (int g = 0; g < NG; ++g) acc[g][c] = _mm256_fmadd_ps(wg[g], x, acc[g][c]);
+    }
+  }
+  for (int g = 0; g < NG; ++g)
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + g * ldo + d0 + 8 * c, acc[g][c]);
+}
+
+template <int NG>
+EMBER_AVX2 void i8_weighted_rows_avx2_t(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D, float* out,
+                                        int64_t ldo) {
+  // Passes of 4 x 8 dims, or of 3 x 8 for 3 heads (4 would leave no register for the widened
+  // codes: GCC spills an accumulator, a store and reload per row).
+  constexpr int kNC = NG == 3 ? 3 : 4;
+  const int64_t D8 = D & ~int64_t{7};
+  int64_t d0 = 0;
+  for (; d0 + 8 * kNC <= D8; d0 += 8 * kNC) i8_weighted_cols_avx2<NG, kNC>(w, ldw, V, n, D, d0, out, ldo);
+  switch ((D8 - d0) / 8) {
+    case 1: i8_weighted_cols_avx2<NG, 1>(w, ldw, V, n, D, d0, out, ldo); break;
+    case 2: i8_weighted_cols_avx2<NG, 2>(w, ldw, V, n, D, d0, out, ldo); break;
+    case 3: i8_weighted_cols_avx2<NG, 3>(w, ldw, V, n, D, d0, out, ldo); break;
+    default: break;
+  }
+  for (int64_t j = 0; j < n && D8 < D; ++j)
+    for (int g = 0; g < NG; ++g)
+      for (int64_t d = D8; d < D; ++d) out[g * ldo + d] += w[g * ldw + j] * static_cast<float>(V[j * D + d]);
+}
+
+// The row scales are folded into the weights first (p * scale, a block of rows at a time on the
+// stack), so the main loop is one FMA per code and head.
+EMBER_AVX2 void i8_weighted_rows_avx2(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
+                                      int64_t n, int64_t D, float* out, int64_t ldo) {
+  constexpr int64_t kRows = 256;
+  alignas(32) float w[3 * kRows];
+  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+    const int64_t nb = std::min(kRows, n - j0);
+    for (int64_t g0 = 0; g0 < G; g0 += 3) {
+      const int64_t ng = std::min<int64_t>(3, G - g0);
+      for (int64_t g = 0; g < ng; ++g) {
+        const float* pg = p + (g0 + g) * ldp + j0;
+        float* wg = w + g * kRows;
+        int64_t j = 0;
+        for (; j + 8 <= nb; j += 8)
+          _mm256_store_ps(wg + j, _mm256_mul_ps(_mm256_loadu_ps(pg + j), _mm256_loadu_ps(scales + j0 + j)));
+        for (; j < nb; ++j) wg[j] = pg[j] * scales[j0 + j];
+      }
+      const int8_t* vb = V + j0 * D;
+      float* og = out + g0 * ldo;
+      switch (ng) {
+        case 1: i8_weighted_rows_avx2_t<1>(w, kRows, vb, nb, D, og, ldo); break;
+        case 2: i8_weighted_rows_avx2_t<2>(w, kRows, vb, nb, D, og, ldo); break;
+        default: i8_weighted_rows_avx2_t<3>(w, kRows, vb, nb, D, og, ldo); break;
+      }
+    }
+  }
+}
+
 __attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -316,6 +450,8 @@ void add_f32_avx2(F32Kernels& t) {
   t.weighted_rows_sum.set(weighted_rows_sum_avx2, kLevel);
   if (cpu_features().f16c) t.half_to_float.set(half_to_float_f16c, kLevel);
   t.scaled_i8_to_float.set(scaled_i8_to_float_avx2, kLevel);
+  t.i8_scores.set(i8_scores_avx2, kLevel);
+  t.i8_weighted_rows.set(i8_weighted_rows_avx2, kLevel);
 #else
   (void)t;
 #endif

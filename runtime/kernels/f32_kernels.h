@@ -37,6 +37,14 @@ using WeightedRowsSumFn = void (*)(const float* p, const float* V, int64_t ldv, 
 using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
 // dst[r * D + d] = float(src[r * D + d]) * scales[r] for r < rows, d < D (the int8 KV cache's rows).
 using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst);
+// The int8 KV cache read in place by G query heads at once (decode attention, one kv head's
+// group): K and V are n rows of D int8 codes, row j worth codes * scales[j].
+// Scores: s[g * lds + j] = scales[j] * (q[g * D + 0..D) · K[j * D + 0..D)) for g < G, j < n.
+using I8ScoresFn = void (*)(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
+                            float* s, int64_t lds);
+// P·V: out[g * ldo + 0..D) += sum_{j<n} p[g * ldp + j] * scales[j] * V[j * D + 0..D) for g < G.
+using I8WeightedRowsFn = void (*)(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
+                                  int64_t n, int64_t D, float* out, int64_t ldo);
 
 template <typename Fn>
 struct Entry {
@@ -65,6 +73,10 @@ struct F32Kernels {
   Entry<WeightedRowsSumFn> weighted_rows_sum;
   Entry<HalfToFloatFn> half_to_float;  // AVX2 level: only when the CPU has F16C
   Entry<ScaledI8ToFloatFn> scaled_i8_to_float;
+  // Decode attention over an int8 cache: each code is widened in registers and used by every
+  // query head of the group (no fp32 copy of the rows, no per-element scale multiply).
+  Entry<I8ScoresFn> i8_scores;
+  Entry<I8WeightedRowsFn> i8_weighted_rows;
 };
 
 constexpr int64_t kShortRowK = 256;

@@ -91,6 +91,31 @@ void scaled_i8_to_float_portable(const int8_t* src, const float* scales, int64_t
     for (int64_t d = 0; d < D; ++d) dst[r * D + d] = static_cast<float>(src[r * D + d]) * scales[r];
 }
 
+void i8_scores_portable(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
+                        float* s, int64_t lds) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int8_t* k = K + j * D;
+    for (int64_t g = 0; g < G; ++g) {
+      const float* qg = q + g * D;
+      float acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += qg[d] * static_cast<float>(k[d]);
+      s[g * lds + j] = acc * scales[j];
+    }
+  }
+}
+
+void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales, int64_t n,
+                               int64_t D, float* out, int64_t ldo) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int8_t* v = V + j * D;
+    for (int64_t g = 0; g < G; ++g) {
+      const float w = p[g * ldp + j] * scales[j];
+      float* o = out + g * ldo;
+      for (int64_t d = 0; d < D; ++d) o[d] += w * static_cast<float>(v[d]);
+    }
+  }
+}
+
 void half_to_float_portable(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
@@ -111,6 +136,8 @@ void add_f32_portable(F32Kernels& t) {
   t.weighted_rows_sum.set(weighted_rows_sum_portable, kLevel);
   t.half_to_float.set(half_to_float_portable, kLevel);
   t.scaled_i8_to_float.set(scaled_i8_to_float_portable, kLevel);
+  t.i8_scores.set(i8_scores_portable, kLevel);
+  t.i8_weighted_rows.set(i8_weighted_rows_portable, kLevel);
 }
 
 }  // namespace kern

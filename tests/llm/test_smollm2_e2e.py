@@ -207,5 +207,7 @@ def test_bench_script_side_by_side(smol) -> None:
         assert info[side]["prefill_tokens_per_s"] > 0 and info[side]["decode_tokens_per_s"] > 0
     ratio = info["ember"]["decode_tokens_per_s"] / info["hf_eager"]["decode_tokens_per_s"]
     assert info["ratio_decode_tokens_per_s"] == pytest.approx(ratio)
-    assert set(info["ember_decode_by_position"]) == {"20", "300"}
-    assert all(v > 0 for v in info["ember_decode_by_position"].values())
+    by_pos = info["ember_decode_by_position"]
+    assert set(by_pos["tokens_per_s"]) == set(by_pos["runs"]) == {"20", "300"}
+    assert all(len(runs) == 2 and min(runs) > 0 for runs in by_pos["runs"].values())
+    assert by_pos["late_over_early"] == pytest.approx(by_pos["tokens_per_s"]["300"] / by_pos["tokens_per_s"]["20"])

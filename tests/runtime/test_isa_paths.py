@@ -19,9 +19,11 @@ import ember.runtime
 REPO = Path(__file__).resolve().parents[2]
 LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemv_cached_rows", "f32.gemm_ukernel",
-                "f32.softmax", "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float", "f32.scaled_i8_to_float"}
-# Families whose best version is AVX2 (conversions): at the AVX-512 levels they stay on it.
-AVX2_TOP = {"f32.half_to_float", "f32.scaled_i8_to_float"}
+                "f32.softmax", "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float", "f32.scaled_i8_to_float",
+                "f32.i8_scores", "f32.i8_weighted_rows"}
+# Families whose best version is AVX2 (conversions, the int8 cache's attention, which a 256-bit
+# register per 8 widened codes serves): at the AVX-512 levels they stay on it.
+AVX2_TOP = {"f32.half_to_float", "f32.scaled_i8_to_float", "f32.i8_scores", "f32.i8_weighted_rows"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
 CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.activation_quant",
                          "cpu.dequantize_for_gemm", "cpu.embedding"}

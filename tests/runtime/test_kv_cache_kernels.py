@@ -63,22 +63,32 @@ def _int8_cache(B, Hkv, S, D):
     return codes, scales
 
 
-@pytest.mark.parametrize("D,window,softcap", [(64, 0, 0.0), (40, 0, 0.0), (64, 50, 0.0), (64, 0, 20.0)])
-def test_attend_cache_int8(D, window, softcap):
+@pytest.mark.parametrize("D,Hq,Hkv,S,window,softcap", [
+    (64, 9, 3, 300, 0, 0.0), (40, 9, 3, 300, 0, 0.0), (64, 9, 3, 300, 50, 0.0), (64, 9, 3, 300, 0, 20.0),
+    # The decode kernels take query heads 3 at a time and dims 8 at a time: groups of 1, 4 (3 + 1)
+    # and 5 (3 + 2), dims with a remainder, and (one thread) chunks past their 256-row blocks.
+    (36, 4, 4, 300, 0, 0.0), (36, 8, 2, 300, 0, 0.0), (20, 10, 2, 600, 0, 0.0), (64, 2, 1, 700, 0, 0.0)])
+def test_attend_cache_int8(D, Hq, Hkv, S, window, softcap):
     """Decode (T = 1, split over threads in chunks) and prefill (T > 1) over an int8 cache equal the
     reference, which attends over the dequantized fp32 rows."""
-    B, Hq, Hkv, S = 1, 9, 3, 300
+    B = 1
     kc, ks = _int8_cache(B, Hkv, S, D)
     vc, vs = _int8_cache(B, Hkv, S, D)
     module = AttendInt8(D, window, softcap)
     T = torch.export.Dim("T", min=1, max=32)
     example = (torch.randn(B, Hq, 4, D), kc, ks, vc, vs, torch.tensor([3]))
     prog = to_ember(export(module, example, ({2: T}, None, None, None, None, None)))
-    for t, p in [(1, 0), (1, 17), (1, 299), (4, 3), (32, 100), (7, 293)]:
-        inputs = (torch.randn(B, Hq, t, D), kc, ks, vc, vs, torch.tensor([p]))
-        expected = module(*inputs)
-        got = prog.run("forward", *(x.numpy() for x in inputs))[0]
-        torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-4, atol=1e-5)
+    threads = ember.runtime.get_num_threads()
+    try:
+        for t, p, n_threads in [(1, 0, threads), (1, 17, threads), (1, S - 1, threads), (1, S - 1, 1), (4, 3, threads),
+                                (32, 100, threads), (7, S - 7, threads)]:
+            ember.runtime.set_num_threads(n_threads)
+            inputs = (torch.randn(B, Hq, t, D), kc, ks, vc, vs, torch.tensor([p]))
+            expected = module(*inputs)
+            got = prog.run("forward", *(x.numpy() for x in inputs))[0]
+            torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-4, atol=1e-5)
+    finally:
+        ember.runtime.set_num_threads(threads)
 
 
 def test_attend_cache_int8_refuses_mismatched_scales():
