@@ -93,7 +93,8 @@ def test_pack_refuses_what_the_kernels_cannot_read():
 
 # ---- kernels against the portable reference -------------------------------------------------------
 
-# (K, x shape, group sizes): decode and prefill row counts (M = 1..9, crossing the 4-row passes; 16
+# (K, x shape, group sizes): decode and prefill row counts (M = 1..9, crossing the 4-row passes; 2 to
+# 4 rows: a batched decode step, which the 4-bit int kernels take over pre-broadcast activations; 16
 # and 34 rows: float-activation linears take the dequantize-then-GEMM path, 6- and 14-row tiles with
 # remainders, panels of 32 weight rows with a missing half), row lengths with one or many words per
 # group, per-channel groups.
@@ -106,6 +107,9 @@ LINEAR_CASES = [
     (160, (7, 160), (32, 160, 40)),
     (160, (16, 160), (32, 160, 40)),
     (576, (2, 17, 576), (32, 64, 576)),
+    (576, (4, 576), (32, 64, 576)),
+    (160, (3, 160), (32, 160, 40)),
+    (96, (2, 96), (32, 96, 16)),
 ]
 
 

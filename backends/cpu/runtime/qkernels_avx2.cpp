@@ -155,6 +155,106 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   }
 }
 
+// int4_half for MB >= 2 rows over pre-broadcast activations (qkernels.h, ExpandInt4Fn), both
+// 8-row halves at once: each activation vector is a plain load (a memory operand) serving 16
+// rows, where a broadcast per row and half costs a vector-pipe uop on a Zen 3, as many as the
+// multiplies. Otherwise int4_half's steps in its order: the same sums, the same results.
+// One word of int4_expanded at MB = 4, in assembly: 8 int16 sums, the 2 code registers of a
+// nibble pass, the activation vector and a product fill 13 of the 16 ymm registers, and GCC, given
+// the intrinsics, folds each activation load into both multiplies (Zen 3 loads 2 vectors per cycle,
+// the bound here) and reassociates the sums so that every product of the low pass is live at once:
+// 4 sums spilled, a load and a store each per word.
+#define EMBER_I4X_ROW(h0, h1, off)                \
+  "vmovdqu " off "(%[a]), %[av]\n\t"              \
+  "vpmaddubsw %[av], %[c0], %[t]\n\t"             \
+  "vpaddw %[t], %[" h0 "], %[" h0 "]\n\t"         \
+  "vpmaddubsw %[av], %[c1], %[t]\n\t"             \
+  "vpaddw %[t], %[" h1 "], %[" h1 "]\n\t"
+EMBER_AVX2_F16C __attribute__((always_inline)) inline void int4_expanded_word4(const uint8_t* word, const uint8_t* a,
+                                                                               __m256i nib, __m256i (&p)[2][4]) {
+  __m256i c0, c1, av, t;
+  asm("vpand (%[w]), %[nib], %[c0]\n\t"
+      "vpand 32(%[w]), %[nib], %[c1]\n\t"
+      EMBER_I4X_ROW("p00", "p10", "0") EMBER_I4X_ROW("p01", "p11", "64")
+      EMBER_I4X_ROW("p02", "p12", "128") EMBER_I4X_ROW("p03", "p13", "192")
+      "vmovdqu (%[w]), %[c0]\n\t"
+      "vpsrlw $4, %[c0], %[c0]\n\t"
+      "vpand %[nib], %[c0], %[c0]\n\t"
+      "vmovdqu 32(%[w]), %[c1]\n\t"
+      "vpsrlw $4, %[c1], %[c1]\n\t"
+      "vpand %[nib], %[c1], %[c1]\n\t"
+      EMBER_I4X_ROW("p00", "p10", "32") EMBER_I4X_ROW("p01", "p11", "96")
+      EMBER_I4X_ROW("p02", "p12", "160") EMBER_I4X_ROW("p03", "p13", "224")
+      : [p00] "+x"(p[0][0]), [p01] "+x"(p[0][1]), [p02] "+x"(p[0][2]), [p03] "+x"(p[0][3]),
+        [p10] "+x"(p[1][0]), [p11] "+x"(p[1][1]), [p12] "+x"(p[1][2]), [p13] "+x"(p[1][3]),
+        [c0] "=&x"(c0), [c1] "=&x"(c1), [av] "=&x"(av), [t] "=&x"(t)
+      : [w] "r"(word), [a] "r"(a), [nib] "x"(nib), "m"(*reinterpret_cast<const uint8_t(*)[64]>(word)),
+        "m"(*reinterpret_cast<const uint8_t(*)[256]>(a)));
+}
+#undef EMBER_I4X_ROW
+
+template <int MB, int WPG>
+EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
+                                   const int8_t* qb, const float* asum, const float* ascale, float* out) {
+  const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
+  const __m256i ones = _mm256_set1_epi16(1), nib = _mm256_set1_epi8(15);
+  zero_tile<MB>(out, 0);
+  zero_tile<MB>(out, 1);
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i d[2][MB];
+    for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = _mm256_setzero_si256();
+    for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
+      __m256i p16[2][MB];
+      for (int m = 0; m < MB; ++m) p16[0][m] = p16[1][m] = _mm256_setzero_si256();
+      const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
+#pragma GCC unroll 1
+      for (int64_t j = j0; j < j1; ++j) {
+        const uint8_t* word = codes + (g * wpg + j) * 64;
+        const uint8_t* a = reinterpret_cast<const uint8_t*>(qb) + (g * wpg + j) * MB * 64;
+        if constexpr (MB == 4) {
+          int4_expanded_word4(word, a, nib, p16);
+        } else {
+          for (int nb = 0; nb < 2; ++nb) {  // low nibbles (activations 0-3), then high ones (4-7)
+            const __m256i c0 = _mm256_and_si256(nb ? _mm256_srli_epi16(load256(word), 4) : load256(word), nib);
+            const __m256i c1 = _mm256_and_si256(nb ? _mm256_srli_epi16(load256(word + 32), 4) : load256(word + 32), nib);
+            for (int m = 0; m < MB; ++m) {
+              const __m256i av = load256(a + m * 64 + 32 * nb);
+              p16[0][m] = _mm256_add_epi16(p16[0][m], _mm256_maddubs_epi16(c0, av));
+              p16[1][m] = _mm256_add_epi16(p16[1][m], _mm256_maddubs_epi16(c1, av));
+            }
+          }
+        }
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int m = 0; m < MB; ++m) d[h][m] = _mm256_add_epi32(d[h][m], _mm256_madd_epi16(p16[h][m], ones));
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256 p[MB];
+      for (int m = 0; m < MB; ++m) p[m] = _mm256_cvtepi32_ps(d[h][m]);
+      scale_by_group256<MB>(p, ascale, g, G);
+      group_step_tile<MB>(co, g, h, p, asum + g, G, out);
+    }
+  }
+}
+
+template <int MB>
+EMBER_AVX2_F16C void int4_expanded_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
+                                         const int8_t* qb, const float* asum, const float* ascale, float* out) {
+  if (wpg == 4) int4_expanded<MB, 4>(codes, G, wpg, co, qb, asum, ascale, out);
+  else int4_expanded<MB, 0>(codes, G, wpg, co, qb, asum, ascale, out);
+}
+
+EMBER_AVX2_F16C void expand_int4_avx2(const int8_t* q, int64_t lda, int MB, int64_t K, int8_t* qb) {
+  for (int64_t w = 0; w < K / 8; ++w) {
+    for (int m = 0; m < MB; ++m) {
+      const int8_t* src = q + m * lda + w * 8;
+      int8_t* dst = qb + (w * MB + m) * 64;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_set1_epi32(load32(src)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32), _mm256_set1_epi32(load32(src + 4)));
+    }
+  }
+}
+
 template <int MB>
 EMBER_AVX2_F16C void int4_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
                            const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out) {
@@ -344,6 +444,9 @@ void add_avx2_block_kernels(BlockKernels& t) {
   t.quantize_token = quantize_token_avx2;
   t.quantize_groups = quantize_groups_avx2;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
+  t.expand_int4 = expand_int4_avx2;
+  t.int4_expanded[1] = int4_expanded_block<2>, t.int4_expanded[2] = int4_expanded_block<3>;
+  t.int4_expanded[3] = int4_expanded_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
   t.float4[0] = float_block<4, 1>, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,
   t.float4[3] = float_block<4, 4>;
