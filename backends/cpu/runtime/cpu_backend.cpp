@@ -95,7 +95,7 @@ struct Activations {
   std::vector<float> asum;  // [M, G]
   std::vector<float> scale, zp;  // [M] (per token)
   std::vector<float> gscale;  // [M, G] (per group)
-  std::vector<int8_t> qb;     // 4-bit weights, 2 to kMaxM rows: q pre-broadcast (BlockKernels::expand_int4)
+  std::vector<int8_t> qb;     // 4-bit weights over several rows: q pre-broadcast, tile by tile (expand_int4)
 };
 
 // The activation rows in the int kernels' form, per token or per group (qkernels.h quantizers).
@@ -130,6 +130,9 @@ void sum_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a
     }
   }
 }
+
+// The most bytes of pre-broadcast activations (8 per activation) a linear's int4 kernels use.
+constexpr int64_t kExpandedBytes = 192 * 1024;
 
 // Float-activation linears over at least this many rows (prefill) take the GEMM path.
 constexpr int64_t kGemmMinRows = 16;
@@ -195,15 +198,20 @@ Error run_linear(const Handle& h, KernelArgs args) {
   if (int_path) quantize_rows(xf, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
-  // A batched decode step (2 to kMaxM rows) over 4-bit weights: the activations are broadcast
-  // once here instead of once per block in the kernel. Measured on a Zen 3: see int4_expanded.
-  const Int4ExpandedFn xfn = int_path && w.bits == 4 && M >= 2 && M <= kMaxM && K % 8 == 0 && bk.expand_int4
-                                 ? bk.int4_expanded[M - 1] : nullptr;
-  if (xfn) {
-    act.qb.resize(static_cast<size_t>(M * K * 8));
-    bk.expand_int4(act.q.data(), K, static_cast<int>(M), K, act.qb.data());
-  }
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
+  // 4-bit weights, int8 activations, several rows (a batched decode step, or a short prefill
+  // riding along with one): each tile's activations are broadcast once here (expand_int4) instead
+  // of once per block in the kernel. Up to kExpandedBytes of them (they are re-read for every
+  // block, so they should stay in L2); a 1-row remainder tile takes the plain kernel.
+  const bool expanded = int_path && w.bits == 4 && M >= 2 && K % 8 == 0 && bk.expand_int4 != nullptr &&
+                        M * K * 8 <= kExpandedBytes;
+  if (expanded) {
+    act.qb.resize(static_cast<size_t>(M * K * 8));
+    for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
+      const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
+      bk.expand_int4(act.q.data() + m0 * K, K, mb, K, act.qb.data() + m0 * K * 8);
+    }
+  }
   float* y = out.ptr<float>();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
@@ -235,9 +243,9 @@ Error run_linear(const Handle& h, KernelArgs args) {
       const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
         const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
-        if (xfn) {
-          xfn(codes, G, w.words_per_group, co, act.qb.data(), act.asum.data(), per_token ? nullptr : act.gscale.data(),
-              tile);
+        if (expanded && mb > 1) {
+          bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, act.qb.data() + m0 * K * 8, act.asum.data() + m0 * G,
+                                   per_token ? nullptr : act.gscale.data() + m0 * G, tile);
         } else if (int_path) {
           ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G,
                       per_token ? nullptr : act.gscale.data() + m0 * G, tile);
