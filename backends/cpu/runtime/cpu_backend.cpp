@@ -98,16 +98,22 @@ struct Activations {
   std::vector<int8_t> qb;     // 4-bit weights over several rows: q pre-broadcast, tile by tile (expand_int4)
 };
 
+// Makes v hold at least n elements; never shrinks it (a reused buffer is not zero-filled again).
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
 // The activation rows in the int kernels' form, per token or per group (qkernels.h quantizers).
 void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_token, Activations* a) {
   const int64_t K = w.K, G = w.G, gs = w.gs;
-  a->q.resize(static_cast<size_t>(M * K));
-  a->asum.resize(static_cast<size_t>(M * G));
+  grow(a->q, M * K);
+  grow(a->asum, M * G);
   if (per_token) {
-    a->scale.resize(static_cast<size_t>(M));
-    a->zp.resize(static_cast<size_t>(M));
+    grow(a->scale, M);
+    grow(a->zp, M);
   } else {
-    a->gscale.resize(static_cast<size_t>(M * G));
+    grow(a->gscale, M * G);
   }
   const BlockKernels& bk = block_kernels();
   kern::parallel_rows(M, K, [&](int64_t r0, int64_t r1) {
@@ -121,7 +127,7 @@ void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_to
 
 void sum_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a) {
   const int64_t K = w.K, G = w.G, gs = w.gs;
-  a->asum.resize(static_cast<size_t>(M * G));
+  grow(a->asum, M * G);
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t g = 0; g < G; ++g) {
       float t = 0.0f;
@@ -188,7 +194,11 @@ Error run_linear(const Handle& h, KernelArgs args) {
   if (M == 0) return Error::ok();
 
   const BlockKernels& bk = block_kernels();
-  Activations act;
+  // Reused by the calling thread from call to call: no allocation or zero-filling per linear.
+  // The workers read it through `act`, a reference to this thread's buffers (naming the
+  // thread_local inside the lambda would give each worker its own, empty one).
+  thread_local Activations buffers;
+  Activations& act = buffers;
   const float* xf = x.ptr<float>();
   const bool int_path = h.act != Act::kFloat, per_token = h.act == Act::kInt8PerToken;
   if (!int_path && M >= kGemmMinRows) {
@@ -206,7 +216,7 @@ Error run_linear(const Handle& h, KernelArgs args) {
   const bool expanded = int_path && w.bits == 4 && M >= 2 && K % 8 == 0 && bk.expand_int4 != nullptr &&
                         M * K * 8 <= kExpandedBytes;
   if (expanded) {
-    act.qb.resize(static_cast<size_t>(M * K * 8));
+    grow(act.qb, M * K * 8);
     for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
       const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
       bk.expand_int4(act.q.data() + m0 * K, K, mb, K, act.qb.data() + m0 * K * 8);
