@@ -155,10 +155,6 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   }
 }
 
-// int4_half for MB >= 2 rows over pre-broadcast activations (qkernels.h, ExpandInt4Fn), both
-// 8-row halves at once: each activation vector is a plain load (a memory operand) serving 16
-// rows, where a broadcast per row and half costs a vector-pipe uop on a Zen 3, as many as the
-// multiplies. Otherwise int4_half's steps in its order: the same sums, the same results.
 // One word of int4_expanded at MB = 4, in assembly: 8 int16 sums, the 2 code registers of a
 // nibble pass, the activation vector and a product fill 13 of the 16 ymm registers, and GCC, given
 // the intrinsics, folds each activation load into both multiplies (Zen 3 loads 2 vectors per cycle,
@@ -193,6 +189,10 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline void int4_expanded_word4(c
 }
 #undef EMBER_I4X_ROW
 
+// int4_half for MB >= 2 rows over pre-broadcast activations (qkernels.h, ExpandInt4Fn), both
+// 8-row halves at once: each activation vector is a plain load (a memory operand) serving 16
+// rows, where a broadcast per row and half costs a vector-pipe uop on a Zen 3, as many as the
+// multiplies. Otherwise int4_half's steps in its order: the same sums, the same results.
 template <int MB, int WPG>
 EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_arg, const Coeffs& co,
                                    const int8_t* qb, const float* asum, const float* ascale, float* out) {
@@ -215,8 +215,9 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
           int4_expanded_word4(word, a, nib, p16);
         } else {
           for (int nb = 0; nb < 2; ++nb) {  // low nibbles (activations 0-3), then high ones (4-7)
-            const __m256i c0 = _mm256_and_si256(nb ? _mm256_srli_epi16(load256(word), 4) : load256(word), nib);
-            const __m256i c1 = _mm256_and_si256(nb ? _mm256_srli_epi16(load256(word + 32), 4) : load256(word + 32), nib);
+            const __m256i v0 = load256(word), v1 = load256(word + 32);
+            const __m256i c0 = _mm256_and_si256(nb ? _mm256_srli_epi16(v0, 4) : v0, nib);
+            const __m256i c1 = _mm256_and_si256(nb ? _mm256_srli_epi16(v1, 4) : v1, nib);
             for (int m = 0; m < MB; ++m) {
               const __m256i av = load256(a + m * 64 + 32 * nb);
               p16[0][m] = _mm256_add_epi16(p16[0][m], _mm256_maddubs_epi16(c0, av));
