@@ -254,8 +254,8 @@ Error run_linear(const Handle& h, KernelArgs args) {
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
         const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
         if (expanded && mb > 1) {
-          bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, act.qb.data() + m0 * K * 8, act.asum.data() + m0 * G,
-                                   per_token ? nullptr : act.gscale.data() + m0 * G, tile);
+          bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, act.qb.data() + m0 * K * 8,
+                                   act.asum.data() + m0 * G, per_token ? nullptr : act.gscale.data() + m0 * G, tile);
         } else if (int_path) {
           ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G,
                       per_token ? nullptr : act.gscale.data() + m0 * G, tile);
