@@ -95,7 +95,6 @@ struct Activations {
   std::vector<float> asum;  // [M, G]
   std::vector<float> scale, zp;  // [M] (per token)
   std::vector<float> gscale;  // [M, G] (per group)
-  std::vector<int8_t> qb;     // 4-bit weights over several rows: q pre-broadcast, tile by tile (expand_int4)
 };
 
 // Makes v hold at least n elements; never shrinks it (a reused buffer is not zero-filled again).
@@ -137,8 +136,9 @@ void sum_groups(const float* x, int64_t M, const PackedWeight& w, Activations* a
   }
 }
 
-// The most bytes of pre-broadcast activations (8 per activation) a linear's int4 kernels use.
-constexpr int64_t kExpandedBytes = 192 * 1024;
+// Packed weight bytes per span of blocks that the pre-broadcast int4 path runs tile by tile (each
+// tile re-reads the span, which should stay in L2).
+constexpr int64_t kSpanBytes = 256 * 1024;
 
 // Float-activation linears over at least this many rows (prefill) take the GEMM path.
 constexpr int64_t kGemmMinRows = 16;
@@ -209,28 +209,67 @@ Error run_linear(const Handle& h, KernelArgs args) {
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
-  // 4-bit weights, int8 activations, several rows (a batched decode step, or a short prefill
-  // riding along with one): each tile's activations are broadcast once here (expand_int4) instead
-  // of once per block in the kernel. Up to kExpandedBytes of them (they are re-read for every
-  // block, so they should stay in L2); a 1-row remainder tile takes the plain kernel.
-  const bool expanded = int_path && w.bits == 4 && M >= 2 && K % 8 == 0 && bk.expand_int4 != nullptr &&
-                        M * K * 8 <= kExpandedBytes;
-  if (expanded) {
-    grow(act.qb, M * K * 8);
-    for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
-      const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
-      bk.expand_int4(act.q.data() + m0 * K, K, mb, K, act.qb.data() + m0 * K * 8);
-    }
-  }
+  // 4-bit weights, int8 activations, several rows (a batched decode step, a prefill): each tile's
+  // activations are broadcast once per thread into an L1-sized buffer (expand_int4) instead of
+  // once per block in the kernel. The loop order is then tile by tile over a span of blocks that
+  // stays in L2 (the buffer, 4 rows x 8 bytes per activation, is 4x the codes it meets per word).
+  const bool expanded = int_path && w.bits == 4 && M >= 2 && K % 8 == 0 && bk.expand_int4 != nullptr;
+  const int64_t span = expanded ? std::max<int64_t>(1, kSpanBytes / static_cast<int64_t>(w.block_bytes)) : 1;
   float* y = out.ptr<float>();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
   parallel_for(w.NB, grain, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> coeffs;
+    thread_local std::vector<int8_t> expanded_rows;
     coeffs.resize(static_cast<size_t>(2 * G * kRows));
     float* s = coeffs.data();
     float* c = s + G * kRows;
     float tile[kMaxM * kRows];
+    // Rows [m0, m0 + mb) against block blk: the kernel (xq: the tile's expanded activations, or
+    // null), then the tile into y with the per-token scale and zero point and the bias.
+    const auto block_tile = [&](int64_t blk, int64_t m0, int mb, const int8_t* xq) {
+      // The block's coefficients (scales, offsets, row sums) follow all of its codes, so the
+      // hardware prefetcher, following the codes, reaches them only at the end, while the kernel
+      // needs group g's right after group g's codes: without this, each group's scale load missed.
+      // Measured on a Zen 3, interleaved: -3% per batched decode step (B = 4), neutral at B = 1.
+      for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
+      const Coeffs co = block_coefficients(h, blk, s, c);
+      const uint8_t* codes = w.block(blk);
+      const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
+      if (xq != nullptr) {
+        bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, xq, act.asum.data() + m0 * G, ascale, tile);
+      } else if (int_path) {
+        ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, ascale, tile);
+      } else {
+        ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
+      }
+      const float* rowsum = w.has_rowsum ? reinterpret_cast<const float*>(codes + w.rowsum_offset) : nullptr;
+      const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
+      for (int j = 0; j < mb; ++j) {
+        float* yr = y + (m0 + j) * N + n0;
+        const float* t = tile + j * kRows;
+        if (per_token) {
+          const float sc = act.scale[m0 + j], zp = act.zp[m0 + j];
+          for (int64_t r = 0; r < rows; ++r) yr[r] = sc * (t[r] - zp * rowsum[r]);
+        } else {
+          std::memcpy(yr, t, static_cast<size_t>(rows) * sizeof(float));
+        }
+        if (w.bias)
+          for (int64_t r = 0; r < rows; ++r) yr[r] += w.bias[n0 + r];
+      }
+    };
+    if (expanded) {
+      grow(expanded_rows, kMaxM * K * 8);
+      for (int64_t s0 = b0; s0 < b1; s0 += span) {
+        const int64_t s1 = std::min(b1, s0 + span);
+        for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
+          const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
+          if (mb > 1) bk.expand_int4(act.q.data() + m0 * K, K, mb, K, expanded_rows.data());
+          for (int64_t blk = s0; blk < s1; ++blk) block_tile(blk, m0, mb, mb > 1 ? expanded_rows.data() : nullptr);
+        }
+      }
+      return;
+    }
     for (int64_t blk = b0; blk < b1; ++blk) {
       // 4-bit weights: the next block of this thread's range is asked for (into L2) while this one
       // computes, which keeps more reads in flight than the hardware prefetcher does. Measured on a
@@ -242,38 +281,8 @@ Error run_linear(const Handle& h, KernelArgs args) {
         const uint8_t* next = w.block(blk + 1);
         for (size_t off = 0; off < w.block_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
       }
-      // The block's coefficients (scales, offsets, row sums) follow all of its codes, so the
-      // hardware prefetcher, following the codes, reaches them only at the end, while the kernel
-      // needs group g's right after group g's codes: without this, each group's scale load missed.
-      // Measured on a Zen 3, interleaved: -3% per batched decode step (B = 4), neutral at B = 1.
-      for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
-      const Coeffs co = block_coefficients(h, blk, s, c);
-      const uint8_t* codes = w.block(blk);
-      const float* rowsum = w.has_rowsum ? reinterpret_cast<const float*>(codes + w.rowsum_offset) : nullptr;
-      const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
-        const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
-        if (expanded && mb > 1) {
-          bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, act.qb.data() + m0 * K * 8,
-                                   act.asum.data() + m0 * G, per_token ? nullptr : act.gscale.data() + m0 * G, tile);
-        } else if (int_path) {
-          ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G,
-                      per_token ? nullptr : act.gscale.data() + m0 * G, tile);
-        } else {
-          ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
-        }
-        for (int j = 0; j < mb; ++j) {
-          float* yr = y + (m0 + j) * N + n0;
-          const float* t = tile + j * kRows;
-          if (per_token) {
-            const float sc = act.scale[m0 + j], zp = act.zp[m0 + j];
-            for (int64_t r = 0; r < rows; ++r) yr[r] = sc * (t[r] - zp * rowsum[r]);
-          } else {
-            std::memcpy(yr, t, static_cast<size_t>(rows) * sizeof(float));
-          }
-          if (w.bias)
-            for (int64_t r = 0; r < rows; ++r) yr[r] += w.bias[n0 + r];
-        }
+        block_tile(blk, m0, static_cast<int>(std::min<int64_t>(kMaxM, M - m0)), nullptr);
       }
     }
   });
