@@ -107,14 +107,17 @@ class Pool {
       return;
     }
     ensure_workers();
-    // Publish the job, then open the chunk counter (release): a worker that claims a chunk
-    // (acquire) sees the job; stale workers from the last job find the counter exhausted.
-    next_.store(kClosed, std::memory_order_relaxed);
+    // Close the counter, publish the job, then open the counter (release): a worker that claims a
+    // chunk (acquire) sees the job. The counter carries the job's chunk count with the index, so a
+    // claim and the count it is checked against always come from one job: a worker still looping
+    // from the last job, whose claim lands on the closed counter or on the last job's exhausted one,
+    // fails; checked against a separate count it could have read the new job's larger one and run
+    // a chunk twice (more threads than 2, consecutive loops of different chunk counts).
+    next_.store(0, std::memory_order_relaxed);
     fn_ = &fn;
     n_ = n;
-    chunks_ = chunks;
     pending_.store(chunks, std::memory_order_relaxed);
-    next_.store(0, std::memory_order_release);
+    next_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
     {
       std::lock_guard<std::mutex> lk(mu_);
       generation_.fetch_add(1, std::memory_order_release);
@@ -136,9 +139,11 @@ class Pool {
  private:
   void work() {
     for (;;) {
-      int64_t c = next_.fetch_add(1, std::memory_order_acq_rel);
-      if (c >= chunks_) return;
-      const int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
+      const uint64_t claim = next_.fetch_add(1, std::memory_order_acq_rel);
+      const int64_t c = static_cast<int64_t>(claim & 0xffffffffu), chunks = static_cast<int64_t>(claim >> 32);
+      if (c >= chunks) return;
+      // A valid claim: the job cannot finish (and be replaced) before this chunk is done.
+      const int64_t b = n_ * c / chunks, e = n_ * (c + 1) / chunks;
       (*fn_)(b, e);
       pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -224,9 +229,10 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   RangeFn* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  static constexpr int64_t kClosed = INT64_MAX / 2;  // no job open: every claim fails
-  std::atomic<int64_t> next_{kClosed};
+  int64_t n_ = 0;
+  // The open job's (chunk count << 32) | next chunk index; count 0 (closed): every claim fails.
+  // Failed claims per job are bounded by the thread count, far from carrying into the count.
+  std::atomic<uint64_t> next_{0};
   std::atomic<int64_t> pending_{0};
 };
 
