@@ -52,11 +52,11 @@ using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, cons
 // (k < G * gs, r < 16; s, c of the row's group, fp32), the weights the float kernels multiply by.
 using DequantBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo);
 
-// 4-bit weights x int8 activations for MB = 2..4 rows over pre-broadcast activations (the
-// batched decode step): expand_int4 writes, for every 8-activation word w of q [MB][lda] and row
-// m < MB, 64 bytes at qb + (w * MB + m) * 64: the word's activations 0-3 repeated 8 times, then
-// 4-7 repeated 8 times (qb: MB * K * 8 bytes). The kernel then loads them where int4 broadcasts
-// them once per block and row; its results equal int4[MB - 1]'s bit for bit.
+// 4-bit weights x int8 activations for MB = 2..4 rows (a tile of a batched decode step or of a
+// prefill) over pre-broadcast activations: expand_int4 writes, for every 8-activation word w of
+// q [MB][lda] and row m < MB, 64 bytes at qb + (w * MB + m) * 64: the word's activations 0-3
+// repeated 8 times, then 4-7 repeated 8 times (qb: MB * K * 8 bytes). The kernel then loads them
+// where int4 broadcasts them once per block and row; its results equal int4[MB - 1]'s bit for bit.
 using ExpandInt4Fn = void (*)(const int8_t* q, int64_t lda, int MB, int64_t K, int8_t* qb);
 using Int4ExpandedFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* qb,
                                 const float* asum, const float* ascale, float* out);
