@@ -277,23 +277,20 @@ EMBER_AVX2 void weighted_rows_sum_avx2(const float* p, const float* V, int64_t l
   }
   for (int64_t j = 0; j < n; ++j) axpy_avx2(p[j], V + j * ldv, out, D);
 }
+// 8 int8 codes as 8 floats (exact).
+EMBER_AVX2 inline __m256 i8x8_to_ps(const int8_t* c) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+}
+
 EMBER_AVX2 void scaled_i8_to_float_avx2(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
     const int8_t* c = src + r * D;
     float* o = dst + r * D;
     const __m256 s = _mm256_set1_ps(scales[r]);
     int64_t d = 0;
-    for (; d + 8 <= D; d += 8) {
-      const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + d)));
-      _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_cvtepi32_ps(v), s));
-    }
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(i8x8_to_ps(c + d), s));
     for (; d < D; ++d) o[d] = static_cast<float>(c[d]) * scales[r];
   }
-}
-
-// 8 int8 codes as 8 floats (exact).
-EMBER_AVX2 inline __m256 i8x8_to_ps(const int8_t* c) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
 
 // Scores of NG (<= 3) query heads against rows of int8 codes, 4 rows per step: each 8 codes are
