@@ -63,6 +63,18 @@ def _warm_up(url: str, sessions: int) -> None:
         t.join()
 
 
+def _server_counters(url: str) -> dict[str, float]:
+    """The server's decode counters from GET /metrics: steps, seconds and batch-size sum."""
+    values = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("ember_decode_tokens_total", "ember_decode_seconds_total", "ember_decode_batch_mean",
+                    "ember_prefill_seconds_total"):
+            values[name[len("ember_"):]] = float(value)
+    values["decode_batch_sum"] = values.get("decode_batch_mean", 0.0) * values.get("decode_tokens_total", 0.0)
+    return values
+
+
 def _cpu_seconds(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system
@@ -128,6 +140,7 @@ def run(args: argparse.Namespace) -> dict:
 
         threads = [threading.Thread(target=client) for _ in range(args.clients)]
         server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
+        before = _server_counters(url)
         start = time.perf_counter()
         for t in threads:
             t.start()
@@ -136,12 +149,19 @@ def run(args: argparse.Namespace) -> dict:
         wall = time.perf_counter() - start
         server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
         client_cpu = time.process_time() - client_cpu
+        after = _server_counters(url)
+        steps = after["decode_tokens_total"] - before["decode_tokens_total"]
         return {
             "file": args.file, "sessions": args.sessions, "clients": args.clients, "requests": args.requests,
             "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
             "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": sum(tokens) / wall,
             "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
             "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
+            # Per session decode step (a batched step counts once for each of its sessions).
+            "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
+            "decode_step_ms": 1e3 * (after["decode_seconds_total"] - before["decode_seconds_total"]) / steps
+            if steps else 0.0,
+            "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
             "errors": len(errors), "first_errors": errors[:3],
         }
     finally:
@@ -171,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
               f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
               f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
-              f"clients {result['client_cpu_s']:.1f}")
+              f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
+              f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_s']:.1f} s")
     return 1 if result["errors"] else 0
 
 

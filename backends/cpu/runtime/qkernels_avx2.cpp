@@ -117,40 +117,71 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
   }
 }
 
-// Codes x fp32 activations, one half: the codes of column i of a word are (word >> shift_i) &
-// mask, converted to fp32 and multiplied into the broadcast activation.
+// Codes x fp32 activations, one half. A word holds, per row (lane), W codes for W consecutive
+// activations: code k of a lane is (word >> shift_k) & mask, converted to fp32 and multiplied into
+// the broadcast activation. Each row keeps one FMA chain per position k (W chains, each summing
+// its position over the group's words in order), added pairwise at the end of the group:
+// independent chains, so one row is not bound by the FMA latency. The chains live in registers
+// CP at a time per row (CP x MB accumulators <= 8): several rows take several passes over the
+// group's words (each pass converts only its positions' codes, so the work is the same), and
+// every row count sums in the same order, bit for bit (a batched row equals a solo one).
+template <int BITS>
+constexpr int code_shift(int k) {
+  return BITS == 4 ? (k < 4 ? 8 * k : 8 * (k - 4) + 4) : 8 * k;
+}
+
+// Pairwise sum of a[0..n) (n a power of two), the tree every row count uses.
+template <int N>
+EMBER_AVX2_F16C __attribute__((always_inline)) inline __m256 tree_sum(const __m256* a) {
+  if constexpr (N == 1) return a[0];
+  else return _mm256_add_ps(tree_sum<N / 2>(a), tree_sum<N / 2>(a + N / 2));
+}
+
+// One pass of float_half over a group's words: positions [K0, K0 + CP) of every word, MB rows;
+// sum[m] receives the pairwise sum of the row's CP chains.
+template <int BITS, int MB, int K0, int CP>
+EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint8_t* codes, int64_t w0, int64_t wpg,
+                                                                      const float* x, int64_t lda, int h,
+                                                                      __m256i mask, __m256 (&sum)[MB]) {
+  constexpr int W = BITS == 4 ? 8 : 4;
+  __m256 a[MB][CP];
+  for (int m = 0; m < MB; ++m)
+    for (int c = 0; c < CP; ++c) a[m][c] = _mm256_setzero_ps();
+  for (int64_t w = w0; w < w0 + wpg; ++w) {
+    const __m256i v = load256(codes + w * 64 + 32 * h);
+    for (int c = 0; c < CP; ++c) {
+      const __m256 u = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, code_shift<BITS>(K0 + c)), mask));
+      for (int m = 0; m < MB; ++m)
+        a[m][c] = _mm256_fmadd_ps(u, _mm256_broadcast_ss(x + m * lda + w * W + K0 + c), a[m][c]);
+    }
+  }
+  for (int m = 0; m < MB; ++m) sum[m] = tree_sum<CP>(a[m]);
+}
+
 template <int BITS, int MB>
 EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
                            const float* x, int64_t lda, const float* asum, float* out, int h) {
   constexpr int W = BITS == 4 ? 8 : 4;
+  constexpr int CP = std::min(W, std::max(1, 8 / MB));
+  constexpr int PASSES = W / CP;
+  static_assert(W % CP == 0 && (CP & (CP - 1)) == 0, "passes cover power-of-two runs of positions");
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
-    __m256 p0[MB], p1[MB];  // two chains per activation row
-    for (int m = 0; m < MB; ++m) p0[m] = p1[m] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < wpg; ++j) {
-      const int64_t w = g * wpg + j;
-      const __m256i v = load256(codes + w * 64 + 32 * h);
-      for (int i = 0; i < 4; ++i) {
-        if (BITS == 4) {
-          const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * i), mask));
-          const __m256 hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * i + 4), mask));
-          for (int m = 0; m < MB; ++m) {
-            const float* xm = x + m * lda + w * W;
-            p0[m] = _mm256_fmadd_ps(lo, _mm256_broadcast_ss(xm + i), p0[m]);
-            p1[m] = _mm256_fmadd_ps(hi, _mm256_broadcast_ss(xm + 4 + i), p1[m]);
-          }
-        } else {
-          const __m256 u = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * i), mask));
-          for (int m = 0; m < MB; ++m) {
-            __m256& p = (i & 1) ? p1[m] : p0[m];
-            p = _mm256_fmadd_ps(u, _mm256_broadcast_ss(x + m * lda + w * W + i), p);
-          }
-        }
-      }
+    __m256 part[PASSES][MB];
+    float_pass<BITS, MB, 0, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[0]);
+    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[1]);
+    if constexpr (PASSES > 2) {
+      float_pass<BITS, MB, 2 * CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[2]);
+      float_pass<BITS, MB, 3 * CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[3]);
     }
+    static_assert(PASSES == 1 || PASSES == 2 || PASSES == 4, "1, 2 or 4 passes");
     __m256 p[MB];
-    for (int m = 0; m < MB; ++m) p[m] = _mm256_add_ps(p0[m], p1[m]);
+    for (int m = 0; m < MB; ++m) {
+      __m256 parts[PASSES];
+      for (int i = 0; i < PASSES; ++i) parts[i] = part[i][m];
+      p[m] = tree_sum<PASSES>(parts);
+    }
     group_step_tile<MB>(co, g, h, p, asum + g, G, out);
   }
 }
@@ -446,6 +477,7 @@ void add_avx2_block_kernels(BlockKernels& t) {
   t.quantize_groups = quantize_groups_avx2;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
   t.expand_int4 = expand_int4_avx2;
+  t.prefetch_next_block = false;  // measured on a Zen 3: see BlockKernels
   t.int4_expanded[1] = int4_expanded_block<2>, t.int4_expanded[2] = int4_expanded_block<3>;
   t.int4_expanded[3] = int4_expanded_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
