@@ -209,11 +209,12 @@ Error run_linear(const Handle& h, KernelArgs args) {
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
-  // 4-bit weights, int8 activations, several rows (a batched decode step, a prefill): each tile's
-  // activations are broadcast once per thread into an L1-sized buffer (expand_int4) instead of
-  // once per block in the kernel. The loop order is then tile by tile over a span of blocks that
-  // stays in L2 (the buffer, 4 rows x 8 bytes per activation, is 4x the codes it meets per word).
-  const bool expanded = int_path && w.bits == 4 && M >= 2 && K % 8 == 0 && bk.expand_int4 != nullptr;
+  // 4-bit weights, int8 activations, where the level has the kernels: each tile's activations are
+  // broadcast once per thread into an L1-sized buffer (expand_int4) instead of once per block in the
+  // kernel. The loop order is then tile by tile over a span of blocks that stays in L2 (the buffer,
+  // 4 rows x 8 bytes per activation, is 4x the codes it meets per word). One row (decode) too: on a
+  // Zen 3, paired in-process runs gave +1-4% decode (the kernel runs both halves of a block at once).
+  const bool expanded = int_path && w.bits == 4 && K % 8 == 0 && bk.expand_int4 != nullptr;
   const int64_t span = expanded ? std::max<int64_t>(1, kSpanBytes / static_cast<int64_t>(w.block_bytes)) : 1;
   float* y = out.ptr<float>();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
@@ -264,8 +265,8 @@ Error run_linear(const Handle& h, KernelArgs args) {
         const int64_t s1 = std::min(b1, s0 + span);
         for (int64_t m0 = 0; m0 < M; m0 += kMaxM) {
           const int mb = static_cast<int>(std::min<int64_t>(kMaxM, M - m0));
-          if (mb > 1) bk.expand_int4(act.q.data() + m0 * K, K, mb, K, expanded_rows.data());
-          for (int64_t blk = s0; blk < s1; ++blk) block_tile(blk, m0, mb, mb > 1 ? expanded_rows.data() : nullptr);
+          bk.expand_int4(act.q.data() + m0 * K, K, mb, K, expanded_rows.data());
+          for (int64_t blk = s0; blk < s1; ++blk) block_tile(blk, m0, mb, expanded_rows.data());
         }
       }
       return;

@@ -52,7 +52,7 @@ using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, cons
 // (k < G * gs, r < 16; s, c of the row's group, fp32), the weights the float kernels multiply by.
 using DequantBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo);
 
-// 4-bit weights x int8 activations for MB = 2..4 rows (a tile of a batched decode step or of a
+// 4-bit weights x int8 activations for MB = 1..4 rows (decode, a tile of a batched decode step or of a
 // prefill) over pre-broadcast activations: expand_int4 writes, for every 8-activation word w of
 // q [MB][lda] and row m < MB, 64 bytes at qb + (w * MB + m) * 64: the word's activations 0-3
 // repeated 8 times, then 4-7 repeated 8 times (qb: MB * K * 8 bytes). The kernel then loads them
@@ -80,7 +80,7 @@ struct BlockKernels {
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   ExpandInt4Fn expand_int4 = nullptr;        // with int4_expanded; null where a level has none
-  Int4ExpandedFn int4_expanded[kMaxM] = {};  // [MB - 1] for MB >= 2
+  Int4ExpandedFn int4_expanded[kMaxM] = {};  // [MB - 1]
   FloatBlockFn float4[kMaxM] = {};
   FloatBlockFn float8[kMaxM] = {};
   DequantBlockFn dequant4 = nullptr;

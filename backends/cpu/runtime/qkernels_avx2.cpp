@@ -220,7 +220,7 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline void int4_expanded_word4(c
 }
 #undef EMBER_I4X_ROW
 
-// int4_half for MB >= 2 rows over pre-broadcast activations (qkernels.h, ExpandInt4Fn), both
+// int4_half for MB = 1..4 rows over pre-broadcast activations (qkernels.h, ExpandInt4Fn), both
 // 8-row halves at once: each activation vector is a plain load (a memory operand) serving 16
 // rows, where a broadcast per row and half costs a vector-pipe uop on a Zen 3, as many as the
 // multiplies. Otherwise int4_half's steps in its order: the same sums, the same results.
@@ -478,6 +478,7 @@ void add_avx2_block_kernels(BlockKernels& t) {
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
   t.expand_int4 = expand_int4_avx2;
   t.prefetch_next_block = false;  // measured on a Zen 3: see BlockKernels
+  t.int4_expanded[0] = int4_expanded_block<1>;
   t.int4_expanded[1] = int4_expanded_block<2>, t.int4_expanded[2] = int4_expanded_block<3>;
   t.int4_expanded[3] = int4_expanded_block<4>;
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
