@@ -232,8 +232,10 @@ Error run_linear(const Handle& h, KernelArgs args) {
       // The block's coefficients (scales, offsets, row sums) follow all of its codes, so the
       // hardware prefetcher, following the codes, reaches them only at the end, while the kernel
       // needs group g's right after group g's codes: without this, each group's scale load missed.
-      // Measured on a Zen 3, interleaved: -3% per batched decode step (B = 4), neutral at B = 1.
-      for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
+      // Measured on a Zen 3, interleaved: -3% per batched decode step (B = 4); at one row (decode,
+      // memory-bound) the prefetches stalled on a full miss queue instead: +1-2% decode without.
+      if (M > 1)
+        for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
       const Coeffs co = block_coefficients(h, blk, s, c);
       const uint8_t* codes = w.block(blk);
       const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
