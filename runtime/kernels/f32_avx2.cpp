@@ -277,6 +277,7 @@ EMBER_AVX2 void weighted_rows_sum_avx2(const float* p, const float* V, int64_t l
   }
   for (int64_t j = 0; j < n; ++j) axpy_avx2(p[j], V + j * ldv, out, D);
 }
+
 // 8 int8 codes as 8 floats (exact).
 EMBER_AVX2 inline __m256 i8x8_to_ps(const int8_t* c) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));

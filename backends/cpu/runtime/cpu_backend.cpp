@@ -274,10 +274,9 @@ Error run_linear(const Handle& h, KernelArgs args) {
       return;
     }
     for (int64_t blk = b0; blk < b1; ++blk) {
-      // 4-bit weights, where the level asks for it (BlockKernels::prefetch_next_block): the next
-      // block of this thread's range is asked for (into L2) while this one computes. Measured on a
-      // Zen 4 with interleaved runs: +7-35% decode for the 4-bit files (8da4w, q4/gguf with int8 or
-      // float activations); into L1 it lost, and for 8-bit weights (q8) it cost 10-20%, so not there.
+      // 4-bit weights, where the level asks for it (BlockKernels::prefetch_next_block says where it
+      // pays): the next block of this thread's range is asked for (into L2) while this one computes.
+      // On a Zen 4, into L1 it lost, and for 8-bit weights (q8) it cost 10-20%, so not there.
       // Single rows only: over several rows (batched decode) the kernels are compute-bound, and on
       // a Zen 3 the prefetches then stalled the loop (half of its time outside the kernels).
       if (bk.prefetch_next_block && w.bits == 4 && M == 1 && blk + 1 < b1) {
