@@ -95,63 +95,59 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }
 
-// 4-bit codes x fp32 activations, one activation row: the nibble of column i becomes its float
-// through VPERMPS over the table 0..15 (the permute reads only the low 4 bits of each lane's index,
-// so the shifted word needs no mask and no conversion), and four FMA chains instead of two.
-EMBER_AVX512 void float4_block_row(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
-                                   int64_t, const float* asum, float* out) {
+// 4-bit codes x fp32 activations: the nibble of column i becomes its float through VPERMPS over the
+// table 0..15 (the permute reads only the low 4 bits of each lane's index, so the shifted word
+// needs no mask and no conversion), and four FMA chains per activation row (a single decode row
+// was bound by the FMA latency with two). Every row count sums in this one order, so a row's
+// result does not depend on how many rows share the call (batched decode equals decode alone).
+template <int MB>
+EMBER_AVX512 void float4_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
+                               int64_t lda, const float* asum, float* out) {
   const __m512 lut = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 acc[1] = {_mm512_setzero_ps()};
-  for (int64_t g = 0; g < G; ++g) {
-    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps(), c2 = _mm512_setzero_ps(), c3 = _mm512_setzero_ps();
-    for (int64_t j = 0; j < wpg; ++j) {
-      const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
-      const float* xw = x + w * 8;
-      c0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, lut), _mm512_set1_ps(xw[0]), c0);
-      c1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), _mm512_set1_ps(xw[4]), c1);
-      c2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), lut), _mm512_set1_ps(xw[1]), c2);
-      c3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), lut), _mm512_set1_ps(xw[5]), c3);
-      c0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), lut), _mm512_set1_ps(xw[2]), c0);
-      c1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), lut), _mm512_set1_ps(xw[6]), c1);
-      c2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), lut), _mm512_set1_ps(xw[3]), c2);
-      c3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), lut), _mm512_set1_ps(xw[7]), c3);
-    }
-    __m512 p[1] = {_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3))};
-    group_step512<1>(co, g, p, asum + g, G, acc);
-  }
-  _mm512_storeu_ps(out, acc[0]);
-}
-
-// Codes x fp32 activations: column i of a word is (word >> shift_i) & mask, converted to fp32.
-template <int BITS, int MB>
-EMBER_AVX512 void float_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
-                              const float* x, int64_t lda, const float* asum, float* out) {
-  constexpr int W = BITS == 4 ? 8 : 4;
-  const __m512i mask = _mm512_set1_epi32(BITS == 4 ? 15 : 255);
+  // Chain c of a word takes the nibbles at these shifts, against these activations of the word:
+  // c0: bits 0, 16 (x0, x2); c1: 4, 20 (x4, x6); c2: 8, 24 (x1, x3); c3: 12, 28 (x5, x7).
+  constexpr int kShift[8] = {0, 4, 8, 12, 16, 20, 24, 28};
+  constexpr int kAct[8] = {0, 4, 1, 5, 2, 6, 3, 7};
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    __m512 p0[MB], p1[MB];  // two chains per activation row
+    __m512 c[MB][4];
+    for (int m = 0; m < MB; ++m)
+      for (int i = 0; i < 4; ++i) c[m][i] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < wpg; ++j) {
+      const int64_t w = g * wpg + j;
+      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      for (int i = 0; i < 8; ++i) {
+        const __m512 u = _mm512_permutexvar_ps(kShift[i] ? _mm512_srli_epi32(v, kShift[i]) : v, lut);
+        for (int m = 0; m < MB; ++m) c[m][i & 3] = _mm512_fmadd_ps(u, _mm512_set1_ps(x[m * lda + w * 8 + kAct[i]]), c[m][i & 3]);
+      }
+    }
+    __m512 p[MB];
+    for (int m = 0; m < MB; ++m) p[m] = _mm512_add_ps(_mm512_add_ps(c[m][0], c[m][1]), _mm512_add_ps(c[m][2], c[m][3]));
+    group_step512<MB>(co, g, p, asum + g, G, acc);
+  }
+  for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
+}
+
+// 8-bit codes x fp32 activations: column i of a word is (word >> 8i) & 255, converted to fp32; two
+// chains per activation row, in the same order at every row count.
+template <int MB>
+EMBER_AVX512 void float8_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co,
+                               const float* x, int64_t lda, const float* asum, float* out) {
+  const __m512i mask = _mm512_set1_epi32(255);
+  __m512 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 p0[MB], p1[MB];
     for (int m = 0; m < MB; ++m) p0[m] = p1[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
       const __m512i v = _mm512_loadu_si512(codes + w * 64);
       for (int i = 0; i < 4; ++i) {
-        if (BITS == 4) {
-          const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * i), mask));
-          const __m512 hi = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * i + 4), mask));
-          for (int m = 0; m < MB; ++m) {
-            const float* xm = x + m * lda + w * W;
-            p0[m] = _mm512_fmadd_ps(lo, _mm512_set1_ps(xm[i]), p0[m]);
-            p1[m] = _mm512_fmadd_ps(hi, _mm512_set1_ps(xm[4 + i]), p1[m]);
-          }
-        } else {
-          const __m512 u = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * i), mask));
-          for (int m = 0; m < MB; ++m) {
-            __m512& p = (i & 1) ? p1[m] : p0[m];
-            p = _mm512_fmadd_ps(u, _mm512_set1_ps(x[m * lda + w * W + i]), p);
-          }
+        const __m512 u = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * i), mask));
+        for (int m = 0; m < MB; ++m) {
+          __m512& p = (i & 1) ? p1[m] : p0[m];
+          p = _mm512_fmadd_ps(u, _mm512_set1_ps(x[m * lda + w * 4 + i]), p);
         }
       }
     }
@@ -264,11 +260,8 @@ void add_avx512_block_kernels(BlockKernels& t) {
   for (Int4ExpandedFn& f : t.int4_expanded) f = nullptr;
   t.prefetch_next_block = true;  // measured on a Zen 4: see BlockKernels
   t.int8[0] = int8_block<1>, t.int8[1] = int8_block<2>, t.int8[2] = int8_block<3>, t.int8[3] = int8_block<4>;
-  // decode (one activation row) takes the table-lookup kernel: +3-5% decode on the gguf file (Zen 4)
-  t.float4[0] = float4_block_row, t.float4[1] = float_block<4, 2>, t.float4[2] = float_block<4, 3>,
-  t.float4[3] = float_block<4, 4>;
-  t.float8[0] = float_block<8, 1>, t.float8[1] = float_block<8, 2>, t.float8[2] = float_block<8, 3>,
-  t.float8[3] = float_block<8, 4>;
+  t.float4[0] = float4_block<1>, t.float4[1] = float4_block<2>, t.float4[2] = float4_block<3>, t.float4[3] = float4_block<4>;
+  t.float8[0] = float8_block<1>, t.float8[1] = float8_block<2>, t.float8[2] = float8_block<3>, t.float8[3] = float8_block<4>;
 }
 #else
 void add_avx512_block_kernels(BlockKernels&) {}
