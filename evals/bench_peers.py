@@ -39,7 +39,8 @@ DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"
 # per group (--qactivations int8), as llama.cpp runs its own Q4_0/Q4_1/Q8_0 files
 KV_SUFFIXES = {"-kv8": "int8", "-kv16": "fp16"}  # appended to a recipe: its KV cache dtype
 EMBER_RECIPES = {"fp32": (None, "float"), "q8": ("q8", "float"), "q4": ("q4", "float"), "8da4w": ("8da4w", "float"),
-                 "gguf": ("gguf", "float"), "gguf-a8": ("gguf", "int8"), "q4-a8": ("q4", "int8")}
+                 "gguf": ("gguf", "float"), "gguf-a8": ("gguf", "int8"), "q4-a8": ("q4", "int8"),
+                 "8da4w-a8": ("8da4w", "int8")}
 LLAMA_TYPES = {"f32": 0, "q4_0": 2, "q8_0": 7, "q4_1": None}  # llama_ftype values; None: the packaged file itself
 
 
