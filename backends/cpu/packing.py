@@ -12,18 +12,24 @@ order); the kernels fold the shift into the zero point.
 
 Layout (little-endian):
   header, 64 bytes: magic b"ECW1", u32 version, bits, scale_type, zp_kind, zp_type, offset_kind,
-      offset_type, flags (bit 0: bias, bit 1: row sums), group_size; i64 N, K; f32 zp_const,
-      offset_const.
-  NB = ceil(N / 16) blocks, each (every part padded to a multiple of 64 bytes):
-    codes:   G groups x (gs / W) chunks x 16 rows x 4 bytes (W codes per row per chunk):
+      offset_type, flags (bit 0: bias, bit 1: row sums, bit 2: interleaved), group_size; i64 N, K;
+      f32 zp_const, offset_const.
+  NB = ceil(N / 16) blocks, each padded to a multiple of 64 bytes. With flag bit 2 (what `pack`
+  writes), group by group, unpadded:
+    codes:   (gs / W) chunks x 16 rows x 4 bytes (W codes per row per chunk):
                4 bits (W = 8): byte i of a row's word holds u[k + i] (low nibble) and
                u[k + 4 + i] (high nibble), k = the chunk's first column;
                8 bits (W = 4): byte i holds u[k + i].
-    scales:  [G][16] in scale_type
-    zp:      [G][16] in zp_type      (only when zp_kind is PER_GROUP)
-    offsets: [G][16] in offset_type  (only when offset_kind is PER_GROUP)
+    scales:  [16] in scale_type
+    zp:      [16] in zp_type      (only when zp_kind is PER_GROUP)
+    offsets: [16] in offset_type  (only when offset_kind is PER_GROUP)
+  then
     rowsum:  [16] fp32, sum_k w[n, k] of the dequantized row (only with flag bit 1: the
              int8-activation kernels need it for the activation's zero point)
+  so a block is read front to back as one stream (a group's coefficients right after its codes,
+  where the kernel needs them). Without flag bit 2 (blobs written before 2026-11-26, still read),
+  all G groups' codes come first, then scales [G][16], zp [G][16] and offsets [G][16], each part
+  padded to 64 bytes, then rowsum.
   bias: [N] fp32 (only with flag bit 0), padded to 64 bytes.
 Rows past N in the last block are zero. A [1, 1] zero point or offset is a constant in the header
 (zp_kind / offset_kind CONST); a missing one is NONE.
@@ -108,17 +114,14 @@ class PackedWeight:
     group_size: int
 
 
-def _param_blocks(t: torch.Tensor, nb: int) -> np.ndarray:
-    """[N, G] -> uint8 [NB, pad(G * 16 * size)] laid out [G][16] per block (rows past N are 0)."""
+def _param_groups(t: torch.Tensor, nb: int) -> np.ndarray:
+    """[N, G] -> uint8 [NB, G, 16 * size]: each block's 16 rows of every group (rows past N are 0)."""
     n, g = t.shape
     a = t.contiguous().view(torch.uint8 if t.element_size() == 1 else torch.int16 if t.element_size() == 2 else torch.int32)
     a = a.numpy().reshape(n, g)
     full = np.zeros((nb * ROWS, g), dtype=a.dtype)
     full[:n] = a
-    per_block = full.reshape(nb, ROWS, g).transpose(0, 2, 1).reshape(nb, -1).view(np.uint8)
-    out = np.zeros((nb, _pad(per_block.shape[1])), dtype=np.uint8)
-    out[:, : per_block.shape[1]] = per_block
-    return out
+    return np.ascontiguousarray(full.reshape(nb, ROWS, g).transpose(0, 2, 1)).view(np.uint8).reshape(nb, g, -1)
 
 
 def _split_param(t: torch.Tensor | None, n: int, g: int, what: str) -> tuple[ParamKind, ParamType, float, torch.Tensor | None]:
@@ -133,13 +136,15 @@ def _split_param(t: torch.Tensor | None, n: int, g: int, what: str) -> tuple[Par
 
 FLAG_BIAS = 1
 FLAG_ROWSUM = 2
+FLAG_INTERLEAVED = 4
 
 
 def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, offset: torch.Tensor | None,
-         bias: torch.Tensor | None, bits: int, group_size: int, rowsum: bool = True) -> bytes:
+         bias: torch.Tensor | None, bits: int, group_size: int, rowsum: bool = True, interleave: bool = True) -> bytes:
     """The blob of one canonical weight (see the module docstring). `rowsum`: include the row
     sums an int8-activation linear needs (0.25 bits per row of K weights; off for tables only
-    gathered and for fp32-activation linears)."""
+    gathered and for fp32-activation linears). `interleave=False` writes the earlier layout (all
+    codes first), which the runtime still reads; the tests use it."""
     raw = qdata.contiguous().numpy()
     n, k = raw.shape[0], raw.shape[1] * (2 if bits == 4 else 1)
     reason = unsupported_reason(n, k, group_size, bits, {"scale": scale, "zero_point": zero_point, "offset": offset})
@@ -162,7 +167,7 @@ def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | No
     chunks = u.reshape(nb, ROWS, g, group_size // w, w)
     if bits == 4:
         chunks = chunks[..., 0:4] | (chunks[..., 4:8] << 4)
-    code_bytes = np.ascontiguousarray(chunks.transpose(0, 2, 3, 1, 4)).reshape(nb, -1)  # [NB][G][C][16][4]
+    code_bytes = np.ascontiguousarray(chunks.transpose(0, 2, 3, 1, 4)).reshape(nb, g, -1)  # [NB][G][C][16][4]
 
     # Row sums of the dequantized weight, sum_k ((q - z) * s + m) per group, in float64: with Q the
     # group's code sum, s * (Q - gs * z) + gs * m.
@@ -173,18 +178,24 @@ def pack(qdata: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | No
     sums = np.zeros((nb * ROWS,), dtype=np.float32)
     sums[:n] = (s64 * (q_sum - group_size * z64) + group_size * m64).sum(axis=1)
 
-    parts = [code_bytes, _param_blocks(scale, nb)]
+    groups = [code_bytes, _param_groups(scale, nb)]  # each [NB][G][bytes]
     if zp is not None:
-        parts.append(_param_blocks(zp, nb))
+        groups.append(_param_groups(zp, nb))
     if off is not None:
-        parts.append(_param_blocks(off, nb))
+        groups.append(_param_groups(off, nb))
+    if interleave:  # one group after another
+        parts = [np.concatenate(groups, axis=2).reshape(nb, -1)]
+    else:  # every group's codes, then each parameter's [G][16], padded
+        parts = [np.pad(x.reshape(nb, -1), ((0, 0), (0, _pad(x[0].size) - x[0].size))) for x in groups]
     if rowsum:
         parts.append(sums.reshape(nb, ROWS).view(np.uint8))
+    used = sum(p.shape[1] for p in parts)
+    parts.append(np.zeros((nb, _pad(used) - used), dtype=np.uint8))
     blocks = np.concatenate(parts, axis=1)
 
+    flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_ROWSUM if rowsum else 0) | (FLAG_INTERLEAVED if interleave else 0)
     header = HEADER.pack(MAGIC, VERSION, bits, _TYPES[scale.dtype], zp_kind, zp_type, off_kind, off_type,
-                         (FLAG_BIAS if bias is not None else 0) | (FLAG_ROWSUM if rowsum else 0), group_size, n, k,
-                         zp_const, off_const)
+                         flags, group_size, n, k, zp_const, off_const)
     out = [header, blocks.tobytes()]
     if bias is not None:
         b = np.zeros((_pad(4 * n) // 4,), dtype=np.float32)
@@ -199,19 +210,30 @@ def unpack(blob: bytes) -> PackedWeight:
     if magic != MAGIC or version != VERSION:
         raise ValueError(f"not an ECW1 blob (magic {magic!r}, version {version})")
     g, nb, w = k // gs, -(-n // ROWS), codes_per_word(bits)
-    code_len = ROWS * k * bits // 8
-    sizes = [code_len, _pad(g * ROWS * _SIZES[ParamType(st)])]
+    group_code_len = ROWS * gs * bits // 8
+    param_sizes = [ROWS * _SIZES[ParamType(st)]]
     if zk == ParamKind.PER_GROUP:
-        sizes.append(_pad(g * ROWS * _SIZES[ParamType(zt)]))
+        param_sizes.append(ROWS * _SIZES[ParamType(zt)])
     if ok == ParamKind.PER_GROUP:
-        sizes.append(_pad(g * ROWS * _SIZES[ParamType(ot)]))
-    if flags & FLAG_ROWSUM:
-        sizes.append(ALIGN)
-    stride = sum(sizes)
-    body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
-    pos = np.cumsum([0] + sizes)
+        param_sizes.append(ROWS * _SIZES[ParamType(ot)])
+    rowsum_len = ALIGN if flags & FLAG_ROWSUM else 0
+    if flags & FLAG_INTERLEAVED:
+        group_len = group_code_len + sum(param_sizes)
+        stride = _pad(g * group_len + rowsum_len)
+        body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
+        grouped = body[:, : g * group_len].reshape(nb, g, group_len)
+        code_part = grouped[:, :, :group_code_len]
+        starts = np.cumsum([group_code_len] + param_sizes)
+        param_parts = [grouped[:, :, a: a + size] for a, size in zip(starts, param_sizes)]
+    else:
+        sizes = [g * group_code_len] + [_pad(g * size) for size in param_sizes] + ([rowsum_len] if rowsum_len else [])
+        stride = sum(sizes)
+        body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
+        pos = np.cumsum([0] + sizes)
+        code_part = body[:, : g * group_code_len]
+        param_parts = [body[:, pos[i + 1]: pos[i + 1] + g * size].reshape(nb, g, size) for i, size in enumerate(param_sizes)]
 
-    words = body[:, : code_len].reshape(nb, g, gs // w, ROWS, 4).transpose(0, 3, 1, 2, 4)  # [NB][16][G][C][4]
+    words = np.ascontiguousarray(code_part).reshape(nb, g, gs // w, ROWS, 4).transpose(0, 3, 1, 2, 4)  # [NB][16][G][C][4]
     if bits == 4:
         words = np.concatenate([words & 15, words >> 4], axis=-1)
     u = words.reshape(nb * ROWS, k)[:n].astype(np.int16)
@@ -225,7 +247,7 @@ def unpack(blob: bytes) -> PackedWeight:
     def param(i: int, ptype: int) -> torch.Tensor:
         dt = _TORCH[ParamType(ptype)]
         size = _SIZES[ParamType(ptype)]
-        raw = np.ascontiguousarray(body[:, pos[i]: pos[i] + g * ROWS * size])
+        raw = np.ascontiguousarray(param_parts[i - 1])  # [NB][G][16 * size]
         np_dt = {1: np.uint8, 2: np.int16, 4: np.int32}[size]
         a = raw.view(np_dt).reshape(nb, g, ROWS).transpose(0, 2, 1).reshape(nb * ROWS, g)[:n]
         return torch.from_numpy(np.ascontiguousarray(a)).view(dt)

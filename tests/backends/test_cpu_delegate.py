@@ -8,6 +8,7 @@ runtime.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -68,10 +69,12 @@ def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str)
     (4, "none", torch.float16, 16), (4, "int8", torch.float32, 37), (4, "q4_1", torch.float16, 1),
     (8, "none", torch.bfloat16, 33), (8, "float", torch.float16, 16), (8, "bcast_float", torch.float32, 5),
 ])
-def test_pack_round_trips_the_canonical_weight(bits, zp_kind, scale_dtype, n):
+@pytest.mark.parametrize("interleave", [True, False], ids=["interleaved", "codes-first"])
+def test_pack_round_trips_the_canonical_weight(bits, zp_kind, scale_dtype, n, interleave):
     w = make_weight(torch.Generator().manual_seed(n), n, 96, bits, 32, zp_kind, scale_dtype)
     bias = torch.randn(n)
-    blob = packing.pack(w["qdata"], w["scale"], w["zero_point"], w["offset"], bias, bits, 32, rowsum=n % 2 == 1)
+    blob = packing.pack(w["qdata"], w["scale"], w["zero_point"], w["offset"], bias, bits, 32, rowsum=n % 2 == 1,
+                        interleave=interleave)
     assert len(blob) % 64 == 0
     p = packing.unpack(blob)
     assert torch.equal(p.qdata, w["qdata"]) and torch.equal(p.scale, w["scale"]) and torch.equal(p.bias, bias)
@@ -129,6 +132,31 @@ def test_delegate_linear_matches_portable_kernels(K, shape, sizes, tmp_path):
         floor = magnitude(x, v)
         assert rel_error(c, torch.from_numpy(p), floor) <= TOL, what
         assert rel_error(c, ref, floor) <= (1e-4 if v["act_quant"] else 1e-5), what
+
+
+PACK = packing.pack
+
+
+@pytest.mark.parametrize("rows", [1, 3, 20])  # decode, a batched step, prefill (the GEMM path for fp32 activations)
+def test_blobs_in_the_codes_first_layout_give_the_same_bits(rows, tmp_path, monkeypatch):
+    """Files written before the interleaved layout (flag bit 2 clear: every group's codes, then the
+    parameters) still load and compute exactly what the interleaved blobs do."""
+    K = 576
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(1, rows, K, generator=gen)
+    module = QLinears(_variants(K, rows, (32, 64, 576)))
+    ep = export(module, (x,))
+    outs = {}
+    for interleave in (True, False):
+        monkeypatch.setattr(packing, "pack", functools.partial(PACK, interleave=interleave))
+        path = tmp_path / f"layout-{interleave}.ember"
+        lower(ep, partitioners=(CpuPartitioner(),)).save(path)
+        data = path.read_bytes()
+        flags = struct.unpack_from("<I", data, _blob_region(data)[0] + 32)[0]  # the ECW1 header's flags
+        assert bool(flags & packing.FLAG_INTERLEAVED) == interleave
+        outs[interleave] = ember.runtime.load(path).run("forward", x)
+    for a, b in zip(outs[True], outs[False]):
+        assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("act_quant,rows", [(1, 3), (0, 3), (0, 20)])  # 20 rows: the GEMM path
@@ -259,7 +287,7 @@ def test_delegate_kernels_on_forced_isa_levels():
     for level in _supported_levels()[:-1]:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, batched, "-k",
-             "(matches_portable or bit_for_bit or tied_table) and not fp32"],
+             "(matches_portable or bit_for_bit or tied_table or layout) and not fp32"],
             capture_output=True, text=True, cwd=REPO, env={**os.environ, "EMBER_KERNEL_ISA": level}, timeout=900)
         assert proc.returncode == 0 and " passed" in proc.stdout, level + proc.stdout[-3000:] + proc.stderr[-2000:]
 

@@ -50,10 +50,13 @@ bool coeffs_in_place(const PackedWeight& w) {
 Coeffs block_coefficients(const Handle& h, int64_t b, float* s, float* c) {
   const PackedWeight& w = h.w;
   Coeffs co;
+  co.group_bytes = static_cast<int64_t>(w.group_bytes);
   if (h.coeffs_in_place) {
     const uint8_t* blk = w.block(b);
     co.scale = blk + w.scale.offset;
     co.half = w.scale.type == ParamType::kF16;
+    // Scales and offsets share a type here, and one stride (16 values, or a group, apart).
+    co.param_stride = static_cast<int64_t>(w.scale.stride) / (co.half ? 2 : 4);
     co.offset = w.offset.kind == ParamKind::kPerGroup ? blk + w.offset.offset : nullptr;
     co.m_const = w.offset.kind == ParamKind::kConst ? w.offset.constant : 0.0f;
     co.ze = (w.zero_point.kind == ParamKind::kConst ? w.zero_point.constant : 0.0f) + w.code_shift();
@@ -229,12 +232,13 @@ Error run_linear(const Handle& h, KernelArgs args) {
     // Rows [m0, m0 + mb) against block blk: the kernel (xq: the tile's expanded activations, or
     // null), then the tile into y with the per-token scale and zero point and the bias.
     const auto block_tile = [&](int64_t blk, int64_t m0, int mb, const int8_t* xq) {
-      // The block's coefficients (scales, offsets, row sums) follow all of its codes, so the
-      // hardware prefetcher, following the codes, reaches them only at the end, while the kernel
-      // needs group g's right after group g's codes: without this, each group's scale load missed.
-      // Measured on a Zen 3, interleaved: -3% per batched decode step (B = 4); at one row (decode,
-      // memory-bound) the prefetches stalled on a full miss queue instead: +1-2% decode without.
-      if (M > 1)
+      // Blobs that store all of a block's codes first (not interleaved, as written before
+      // 2026-11-26): the coefficients follow them, so the hardware prefetcher, following the codes,
+      // reaches them only at the end, while the kernel needs group g's right after group g's codes:
+      // without this, each group's scale load missed. Measured on a Zen 3: -3% per batched decode
+      // step (B = 4); at one row (decode, memory-bound) the prefetches stalled on a full miss
+      // queue instead: +1-2% decode without.
+      if (M > 1 && !w.interleaved)
         for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
       const Coeffs co = block_coefficients(h, blk, s, c);
       const uint8_t* codes = w.block(blk);
@@ -274,12 +278,15 @@ Error run_linear(const Handle& h, KernelArgs args) {
       return;
     }
     for (int64_t blk = b0; blk < b1; ++blk) {
-      // 4-bit weights, where the level asks for it (BlockKernels::prefetch_next_block says where it
-      // pays): the next block of this thread's range is asked for (into L2) while this one computes.
-      // On a Zen 4, into L1 it lost, and for 8-bit weights (q8) it cost 10-20%, so not there.
-      // Single rows only: over several rows (batched decode) the kernels are compute-bound, and on
-      // a Zen 3 the prefetches then stalled the loop (half of its time outside the kernels).
-      if (bk.prefetch_next_block && w.bits == 4 && M == 1 && blk + 1 < b1) {
+      // 4-bit weights in the earlier layout (all codes first), where the level asks for it
+      // (BlockKernels::prefetch_next_block says where it pays): the next block of this thread's
+      // range is asked for (into L2) while this one computes. On a Zen 4, into L1 it lost, and for
+      // 8-bit weights (q8) it cost 10-20%, so not there. Single rows only: over several rows
+      // (batched decode) the kernels are compute-bound, and on a Zen 3 the prefetches then stalled
+      // the loop (half of its time outside the kernels). Interleaved blocks are one sequential
+      // stream that the hardware prefetcher follows alone: on a Zen 4, 120 SmolLM2-shaped 4-bit
+      // linears ran at 27-30 GB/s without the prefetch, 26 GB/s with it (23-25 in the old layout).
+      if (bk.prefetch_next_block && !w.interleaved && w.bits == 4 && M == 1 && blk + 1 < b1) {
         const uint8_t* next = w.block(blk + 1);
         for (size_t off = 0; off < w.block_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
       }

@@ -15,7 +15,7 @@ constexpr size_t kAlign = 64;
 constexpr int64_t kMaxRows = int64_t{1} << 31;  // rows of one weight (vocabulary sizes included)
 constexpr int64_t kMaxK = int64_t{1} << 24;     // row length
 constexpr int64_t kMaxGroup = 65536;            // one group's int32 sum cannot overflow
-constexpr uint32_t kFlagBias = 1, kFlagRowsum = 2;
+constexpr uint32_t kFlagBias = 1, kFlagRowsum = 2, kFlagInterleaved = 4;
 
 #define BAD_BLOB(...) Error::make(ErrorCode::kInvalidProgram, "ember.cpu weight blob: " __VA_ARGS__)
 
@@ -40,9 +40,11 @@ DType to_dtype(ParamType t) {
 
 size_t pad(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Checks kind/type and, for a per-group parameter, assigns its offset in the block.
-Error place_param(uint32_t kind, uint32_t type, float constant, bool int_ok, int64_t G, const char* what,
-                  size_t* cursor, GroupParam* p) {
+// Checks kind/type and, for a per-group parameter, assigns its offset in the block: [G][16] at the
+// cursor (padded to 64 bytes), or, interleaved, 16 values at the cursor within group 0's part
+// (unpadded; the stride is set once the group's size is known).
+Error place_param(uint32_t kind, uint32_t type, float constant, bool int_ok, int64_t G, bool interleaved,
+                  const char* what, size_t* cursor, GroupParam* p) {
   if (kind > static_cast<uint32_t>(ParamKind::kPerGroup)) return BAD_BLOB("%s kind %u is not 0, 1 or 2", what, kind);
   const bool type_ok = type <= static_cast<uint32_t>(ParamType::kI8) && (int_ok || type != static_cast<uint32_t>(ParamType::kI8));
   if (!type_ok) return BAD_BLOB("%s type %u is not supported", what, type);
@@ -51,18 +53,21 @@ Error place_param(uint32_t kind, uint32_t type, float constant, bool int_ok, int
   p->constant = p->kind == ParamKind::kConst ? constant : 0.0f;
   if (p->kind == ParamKind::kPerGroup) {
     p->offset = *cursor;
-    *cursor += pad(static_cast<size_t>(G) * kRows * type_size(p->type));
+    p->stride = kRows * type_size(p->type);
+    *cursor += interleaved ? p->stride : pad(static_cast<size_t>(G) * p->stride);
   }
   return Error::ok();
 }
 
 // dst[G][16] (fp32) from a per-group parameter of block `blk`, or its constant.
 void load_param(const GroupParam& p, const uint8_t* blk, int64_t G, float* dst) {
-  const int64_t n = G * kRows;
-  if (p.kind == ParamKind::kPerGroup) {
-    kern::convert_elements(to_dtype(p.type), blk + p.offset, DType::kFloat32, dst, n);
-  } else {
-    std::fill(dst, dst + n, p.constant);
+  if (p.kind != ParamKind::kPerGroup) {
+    std::fill(dst, dst + G * kRows, p.constant);
+    return;
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    kern::convert_elements(to_dtype(p.type), blk + p.offset + static_cast<size_t>(g) * p.stride, DType::kFloat32,
+                           dst + g * kRows, kRows);
   }
 }
 
@@ -70,8 +75,8 @@ void load_param(const GroupParam& p, const uint8_t* blk, int64_t G, float* dst) 
 float param_at(const GroupParam& p, const uint8_t* blk, int64_t g, int64_t r) {
   if (p.kind != ParamKind::kPerGroup) return p.constant;
   float v = 0.0f;
-  const size_t i = static_cast<size_t>(g * kRows + r);
-  kern::convert_elements(to_dtype(p.type), blk + p.offset + i * type_size(p.type), DType::kFloat32, &v, 1);
+  const size_t at = p.offset + static_cast<size_t>(g) * p.stride + static_cast<size_t>(r) * type_size(p.type);
+  kern::convert_elements(to_dtype(p.type), blk + at, DType::kFloat32, &v, 1);
   return v;
 }
 
@@ -101,18 +106,32 @@ Result<PackedWeight> parse_packed_weight(const uint8_t* blob, size_t size) {
   w.G = h.K / gs;
   w.NB = (h.N + kRows - 1) / kRows;
   w.words_per_group = gs / per_word;
-  size_t cursor = static_cast<size_t>(kRows * h.K * h.bits / 8);  // codes (a multiple of 64: K % 8 == 0)
+  if (h.flags & ~(kFlagBias | kFlagRowsum | kFlagInterleaved)) return BAD_BLOB("flags 0x%x has unknown bits", h.flags);
+  w.interleaved = (h.flags & kFlagInterleaved) != 0;
+  const size_t group_codes = static_cast<size_t>(w.words_per_group) * kRows * 4;  // a multiple of 64
+  // Interleaved: the parameters of group 0 follow its codes; otherwise every group's codes come first.
+  size_t cursor = w.interleaved ? group_codes : static_cast<size_t>(w.G) * group_codes;
   if (h.scale_type > static_cast<uint32_t>(ParamType::kBF16)) return BAD_BLOB("scale type %u is not supported", h.scale_type);
-  EMBER_TRY(place_param(static_cast<uint32_t>(ParamKind::kPerGroup), h.scale_type, 0.0f, false, w.G, "scale", &cursor,
-                        &w.scale));
-  EMBER_TRY(place_param(h.zp_kind, h.zp_type, h.zp_const, true, w.G, "zero point", &cursor, &w.zero_point));
-  EMBER_TRY(place_param(h.offset_kind, h.offset_type, h.offset_const, false, w.G, "offset", &cursor, &w.offset));
-  if (h.flags & ~(kFlagBias | kFlagRowsum)) return BAD_BLOB("flags 0x%x has unknown bits", h.flags);
+  EMBER_TRY(place_param(static_cast<uint32_t>(ParamKind::kPerGroup), h.scale_type, 0.0f, false, w.G, w.interleaved,
+                        "scale", &cursor, &w.scale));
+  EMBER_TRY(place_param(h.zp_kind, h.zp_type, h.zp_const, true, w.G, w.interleaved, "zero point", &cursor,
+                        &w.zero_point));
+  EMBER_TRY(place_param(h.offset_kind, h.offset_type, h.offset_const, false, w.G, w.interleaved, "offset", &cursor,
+                        &w.offset));
+  if (w.interleaved) {
+    // A group: its codes and its parameters (16 values each, so a multiple of 16 bytes), unpadded.
+    w.group_bytes = cursor;
+    for (GroupParam* p : {&w.scale, &w.zero_point, &w.offset})
+      if (p->kind == ParamKind::kPerGroup) p->stride = w.group_bytes;
+    cursor = static_cast<size_t>(w.G) * w.group_bytes;
+  } else {
+    w.group_bytes = group_codes;
+  }
   if (h.flags & kFlagRowsum) {
     w.rowsum_offset = cursor;
     cursor += kAlign;
   }
-  w.block_bytes = cursor;
+  w.block_bytes = pad(cursor);
   // NB <= 2^27 and block_bytes < 2^33: the product fits in 64 bits.
   const uint64_t body = static_cast<uint64_t>(w.NB) * w.block_bytes;
   const bool has_bias = (h.flags & kFlagBias) != 0;
@@ -130,24 +149,21 @@ Result<PackedWeight> parse_packed_weight(const uint8_t* blob, size_t size) {
 
 void block_coeffs(const PackedWeight& w, int64_t b, float* s, float* c) {
   const uint8_t* blk = w.block(b);
-  const int64_t n = w.G * kRows;
   load_param(w.scale, blk, w.G, s);
   load_param(w.zero_point, blk, w.G, c);  // c holds z for now
   const float shift = w.code_shift();
-  if (w.offset.kind == ParamKind::kNone) {
-    for (int64_t i = 0; i < n; ++i) c[i] = 0.0f - s[i] * (c[i] + shift);
-    return;
-  }
-  float m[256];  // the offsets, a chunk at a time
-  for (int64_t i0 = 0; i0 < n; i0 += 256) {
-    const int64_t len = std::min<int64_t>(256, n - i0);
+  float m[kRows];
+  for (int64_t g = 0; g < w.G; ++g) {
     if (w.offset.kind == ParamKind::kPerGroup) {
-      kern::convert_elements(to_dtype(w.offset.type), blk + w.offset.offset + static_cast<size_t>(i0) * type_size(w.offset.type),
-                             DType::kFloat32, m, len);
+      kern::convert_elements(to_dtype(w.offset.type), blk + w.offset.offset + static_cast<size_t>(g) * w.offset.stride,
+                             DType::kFloat32, m, kRows);
     } else {
-      std::fill(m, m + len, w.offset.constant);
+      std::fill(m, m + kRows, w.offset.constant);  // 0 when absent
     }
-    for (int64_t i = 0; i < len; ++i) c[i0 + i] = m[i] - s[i0 + i] * (c[i0 + i] + shift);
+    for (int64_t r = 0; r < kRows; ++r) {
+      const int64_t i = g * kRows + r;
+      c[i] = m[r] - s[i] * (c[i] + shift);
+    }
   }
 }
 
@@ -162,7 +178,7 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
     const float z = has_z ? param_at(w.zero_point, blk, g, r) : 0.0f;
     const float m = has_m ? param_at(w.offset, blk, g, r) : 0.0f;
     for (int64_t j = 0; j < w.words_per_group; ++j) {
-      const uint8_t* word = blk + static_cast<size_t>(((g * w.words_per_group + j) * kRows + r) * 4);
+      const uint8_t* word = blk + static_cast<size_t>(g) * w.group_bytes + static_cast<size_t>((j * kRows + r) * 4);
       float* dst = out + g * w.gs + j * per_word;
       for (int i = 0; i < 4; ++i) {
         if (w.bits == 4) {

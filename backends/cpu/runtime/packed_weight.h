@@ -19,12 +19,13 @@ enum class ParamKind : uint32_t { kNone = 0, kConst = 1, kPerGroup = 2 };
 enum class ParamType : uint32_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
 
 // One per-group parameter (scale, zero point or offset): absent, one constant for the whole
-// weight, or [G][16] values of `type` at `offset` bytes into every block.
+// weight, or per group 16 values of `type`: group g's at offset + g * stride bytes into every block.
 struct GroupParam {
   ParamKind kind = ParamKind::kNone;
   ParamType type = ParamType::kF32;
   float constant = 0.0f;
   size_t offset = 0;
+  size_t stride = 0;
 };
 
 struct PackedWeight {
@@ -33,6 +34,8 @@ struct PackedWeight {
   int64_t gs = 0, G = 0;         // group size, groups per row (K / gs)
   int64_t NB = 0;                // blocks of kRows rows
   int64_t words_per_group = 0;   // 32-bit words per row per group: gs / 8 (4 bits) or gs / 4 (8 bits)
+  bool interleaved = false;      // each group's parameters follow its codes (else: all codes first)
+  size_t group_bytes = 0;        // from group g's first code word to group g + 1's
   size_t block_bytes = 0;        // stride between blocks
   GroupParam scale, zero_point, offset;
   bool has_rowsum = false;       // row sums packed (int8-activation linears need them)

@@ -15,8 +15,8 @@
 // step as two FMAs in the same order, so the int kernels give bit-identical results on every
 // SIMD level.
 //
-// Arguments: codes = the block's code words ([G][words_per_group][16] x 4 bytes), G and
-// words_per_group from the PackedWeight, co = the block's coefficients, act = activations
+// Arguments: codes = the block's code words (per group: [words_per_group][16] x 4 bytes, groups
+// co.group_bytes apart), G and words_per_group from the PackedWeight, co = the block's coefficients, act = activations
 // [MB][lda] (int8 or fp32), asum = [MB][G] fp32, ascale = [MB][G] fp32 or null (int kernels),
 // out = [MB][16] fp32.
 #pragma once
@@ -35,12 +35,20 @@ constexpr int kMaxM = 4;  // activation rows sharing one pass over a weight bloc
 // offsets are read in place when the format allows (fp32 or fp16 scales, a constant zero point,
 // offsets of the scale's type); otherwise block_coeffs precomputes s and c in fp32 and this
 // holds them with ze = 0.
+// Group g's code words start at codes + g * group_bytes (the word j at + j * 64), and its 16 rows'
+// scales (offsets) at scale + g * param_stride (offset + g * param_stride) elements: the layouts of
+// packed_weight.h, where a group's coefficients follow its codes (interleaved) or all codes come
+// first, and the [G][16] arrays block_coeffs fills (param_stride 16).
 struct Coeffs {
-  const void* scale = nullptr;   // [G][16], fp32 or (half) fp16
-  const void* offset = nullptr;  // [G][16] in the scale's type, or null
+  const void* scale = nullptr;   // [G] x 16, param_stride apart, fp32 or (half) fp16
+  const void* offset = nullptr;  // the same in the scale's type, or null
   bool half = false;
   float m_const = 0.0f;
   float ze = 0.0f;
+  int64_t group_bytes = 0;
+  int64_t param_stride = 16;
+
+  const uint8_t* group_codes(const uint8_t* codes, int64_t g) const { return codes + g * group_bytes; }
 };
 
 using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
@@ -85,10 +93,10 @@ struct BlockKernels {
   FloatBlockFn float8[kMaxM] = {};
   DequantBlockFn dequant4 = nullptr;
   DequantBlockFn dequant8 = nullptr;
-  // Single-row linears over 4-bit weights ask for the next block of their range (into L2) while
-  // the current one computes. A tuning choice of the level, measured per machine: on a Zen 4
-  // (AVX-512) +7-35% decode; on a Zen 3 (AVX2) -9-13% (the hardware prefetcher alone keeps more
-  // reads in flight there).
+  // Single-row linears over 4-bit weights in the earlier, non-interleaved layout (packed_weight.h)
+  // ask for the next block of their range (into L2) while the current one computes. A tuning
+  // choice of the level, measured per machine: on a Zen 4 (AVX-512) +7-35% decode; on a Zen 3
+  // (AVX2) -9-13% (the hardware prefetcher alone keeps more reads in flight there).
   bool prefetch_next_block = false;
 };
 

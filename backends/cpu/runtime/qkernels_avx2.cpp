@@ -68,12 +68,12 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
       for (int m = 0; m < MB; ++m) p16[m] = _mm256_setzero_si256();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
       if (MB == 1) {
-        for (int64_t j = j0; j < j1; ++j) int4_word<MB>(codes + (g * wpg + j) * 64 + 32 * h, q + (g * wpg + j) * 8, lda, p16);
+        for (int64_t j = j0; j < j1; ++j) int4_word<MB>(co.group_codes(codes, g) + j * 64 + 32 * h, q + (g * wpg + j) * 8, lda, p16);
       } else {
         // Not unrolled: unrolled, GCC hoists every word's products ahead of the sums and, at MB = 4,
         // spills them to the stack (66 stores per group; +12-15% prefill rolled).
 #pragma GCC unroll 1
-        for (int64_t j = j0; j < j1; ++j) int4_word<MB>(codes + (g * wpg + j) * 64 + 32 * h, q + (g * wpg + j) * 8, lda, p16);
+        for (int64_t j = j0; j < j1; ++j) int4_word<MB>(co.group_codes(codes, g) + j * 64 + 32 * h, q + (g * wpg + j) * 8, lda, p16);
       }
       for (int m = 0; m < MB; ++m) d[m] = _mm256_add_epi32(d[m], _mm256_madd_epi16(p16[m], ones));
     }
@@ -96,7 +96,7 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm256_setzero_si256();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
-      const __m256i v = load256(codes + w * 64 + 32 * h);
+      const __m256i v = load256(co.group_codes(codes, g) + j * 64 + 32 * h);
       const __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
       const __m256i u1 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1));
       for (int m = 0; m < MB; ++m) {
@@ -137,10 +137,11 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline __m256 tree_sum(const __m2
   else return _mm256_add_ps(tree_sum<N / 2>(a), tree_sum<N / 2>(a + N / 2));
 }
 
-// One pass of float_half over a group's words: positions [K0, K0 + CP) of every word, MB rows;
-// sum[m] receives the pairwise sum of the row's CP chains.
+// One pass of float_half over a group's words (gcodes: its first word; w0: that word's index, for
+// the activations): positions [K0, K0 + CP) of every word, MB rows; sum[m] receives the pairwise
+// sum of the row's CP chains.
 template <int BITS, int MB, int K0, int CP>
-EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint8_t* codes, int64_t w0, int64_t wpg,
+EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint8_t* gcodes, int64_t w0, int64_t wpg,
                                                                       const float* x, int64_t lda, int h,
                                                                       __m256i mask, __m256 (&sum)[MB]) {
   constexpr int W = BITS == 4 ? 8 : 4;
@@ -148,7 +149,7 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint
   for (int m = 0; m < MB; ++m)
     for (int c = 0; c < CP; ++c) a[m][c] = _mm256_setzero_ps();
   for (int64_t w = w0; w < w0 + wpg; ++w) {
-    const __m256i v = load256(codes + w * 64 + 32 * h);
+    const __m256i v = load256(gcodes + (w - w0) * 64 + 32 * h);
     for (int c = 0; c < CP; ++c) {
       const __m256 u = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, code_shift<BITS>(K0 + c)), mask));
       for (int m = 0; m < MB; ++m)
@@ -169,11 +170,11 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
     __m256 part[PASSES][MB];
-    float_pass<BITS, MB, 0, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[0]);
-    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[1]);
+    float_pass<BITS, MB, 0, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[0]);
+    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[1]);
     if constexpr (PASSES > 2) {
-      float_pass<BITS, MB, 2 * CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[2]);
-      float_pass<BITS, MB, 3 * CP, CP>(codes, g * wpg, wpg, x, lda, h, mask, part[3]);
+      float_pass<BITS, MB, 2 * CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[2]);
+      float_pass<BITS, MB, 3 * CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[3]);
     }
     static_assert(PASSES == 1 || PASSES == 2 || PASSES == 4, "1, 2 or 4 passes");
     __m256 p[MB];
@@ -240,7 +241,7 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
 #pragma GCC unroll 1
       for (int64_t j = j0; j < j1; ++j) {
-        const uint8_t* word = codes + (g * wpg + j) * 64;
+        const uint8_t* word = co.group_codes(codes, g) + j * 64;
         const uint8_t* a = reinterpret_cast<const uint8_t*>(qb) + (g * wpg + j) * MB * 64;
         if constexpr (MB == 4) {
           int4_expanded_word4(word, a, nib, p16);
@@ -325,7 +326,7 @@ EMBER_AVX2_F16C void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg,
       coeffs256(co, g, 8 * h, &sv, &cv);
       for (int64_t j = 0; j < wpg; ++j) {
         const int64_t w = g * wpg + j;
-        const __m256i v = load256(codes + w * 64 + 32 * h);
+        const __m256i v = load256(co.group_codes(codes, g) + j * 64 + 32 * h);
         float* o = out + w * W * ldo + 8 * h;
         for (int b = 0; b < 4; ++b) {
           const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * b), mask));

@@ -33,7 +33,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t w = g * wpg + j;
-        const __m512i v = _mm512_loadu_si512(codes + w * 64);
+        const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
         const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         for (int m = 0; m < MB; ++m) {
           const int8_t* qm = q + m * lda + w * 8;
@@ -73,7 +73,7 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm512_setzero_si512();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       const __m512i u0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v));
       const __m512i u1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(v, 1));
       for (int m = 0; m < MB; ++m) {
@@ -116,7 +116,7 @@ EMBER_AVX512 void float4_block(const uint8_t* codes, int64_t G, int64_t wpg, con
       for (int i = 0; i < 4; ++i) c[m][i] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       for (int i = 0; i < 8; ++i) {
         const __m512 u = _mm512_permutexvar_ps(kShift[i] ? _mm512_srli_epi32(v, kShift[i]) : v, lut);
         for (int m = 0; m < MB; ++m) c[m][i & 3] = _mm512_fmadd_ps(u, _mm512_set1_ps(x[m * lda + w * 8 + kAct[i]]), c[m][i & 3]);
@@ -142,7 +142,7 @@ EMBER_AVX512 void float8_block(const uint8_t* codes, int64_t G, int64_t wpg, con
     for (int m = 0; m < MB; ++m) p0[m] = p1[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       for (int i = 0; i < 4; ++i) {
         const __m512 u = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * i), mask));
         for (int m = 0; m < MB; ++m) {

@@ -28,7 +28,7 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
     for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
     for (int64_t j = 0; j < wpg; ++j) {
       const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(codes + w * 64);
+      const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       if (BITS == 4) {
         const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         for (int m = 0; m < MB; ++m) {

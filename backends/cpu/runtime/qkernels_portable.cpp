@@ -24,7 +24,7 @@ inline void word_codes(const uint8_t* word, int* u) {
   }
 }
 
-// Row r of group g's scale and c = m - s * ze.
+// Element i of the scales (and offsets) and c = m - s * ze.
 inline void coeffs_at(const Coeffs& co, int64_t i, float* s, float* c) {
   const float sv = co.half ? half_to_float(static_cast<const uint16_t*>(co.scale)[i]) : static_cast<const float*>(co.scale)[i];
   float m = co.m_const;
@@ -43,7 +43,7 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
   for (int64_t g = 0; g < G; ++g) {
     S p[MB][16] = {};
     for (int64_t j = 0; j < wpg; ++j) {
-      const uint8_t* words = codes + static_cast<size_t>((g * wpg + j) * 64);
+      const uint8_t* words = co.group_codes(codes, g) + j * 64;
       const int64_t k = (g * wpg + j) * W;
       for (int r = 0; r < 16; ++r) {
         int u[8];
@@ -60,7 +60,7 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
       const float a = asum[m * G + g];
       for (int r = 0; r < 16; ++r) {
         float s, c;
-        coeffs_at(co, g * 16 + r, &s, &c);
+        coeffs_at(co, g * co.param_stride + r, &s, &c);
         float pf = static_cast<float>(p[m][r]);
         if (ascale) pf *= ascale[m * G + g];
         acc[m][r] += s * pf + c * a;
@@ -89,10 +89,10 @@ void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& c
   for (int64_t g = 0; g < G; ++g) {
     for (int r = 0; r < 16; ++r) {
       float s, c;
-      coeffs_at(co, g * 16 + r, &s, &c);
+      coeffs_at(co, g * co.param_stride + r, &s, &c);
       for (int64_t j = 0; j < wpg; ++j) {
         int u[8];
-        word_codes<BITS>(codes + static_cast<size_t>((g * wpg + j) * 64) + 4 * r, u);
+        word_codes<BITS>(co.group_codes(codes, g) + j * 64 + 4 * r, u);
         const int64_t k = (g * wpg + j) * W;
         for (int i = 0; i < W; ++i) out[(k + i) * ldo + r] = static_cast<float>(u[i]) * s + c;
       }

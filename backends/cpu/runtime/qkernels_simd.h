@@ -22,7 +22,7 @@ inline int32_t load32(const int8_t* p) {
 
 // 8 rows' coefficients of group g (row0 = 0 or 8 of the block): *s = scale, *c = m - s * ze.
 EMBER_AVX2_F16C inline void coeffs256(const Coeffs& co, int64_t g, int row0, __m256* s, __m256* c) {
-  const int64_t i = g * 16 + row0;
+  const int64_t i = g * co.param_stride + row0;
   __m256 mv;
   if (co.half) {
     *s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
@@ -65,7 +65,7 @@ EMBER_AVX512 inline void scale_by_group512(__m512 (&p)[MB], const float* ascale,
 template <int MB>
 EMBER_AVX512 inline void group_step512(const Coeffs& co, int64_t g, const __m512 (&p)[MB], const float* asum,
                                        int64_t G, __m512 (&acc)[MB]) {
-  const int64_t i = g * 16;
+  const int64_t i = g * co.param_stride;
   __m512 sv, mv;
   if (co.half) {
     sv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(co.scale) + i)));
