@@ -205,6 +205,15 @@ void attend_decode(const AttendArgs& a) {
         std::fill(sl + 2, sl + slot, 0.0f);
       }
       if (nk <= 0) continue;
+      // The chunk's K and V rows, asked for at once (into L2): the weight stream of the step before
+      // evicted them, and a chunk is too short a stream for the hardware prefetcher to ramp up.
+      // Decode at positions 128-256 on a Zen 4: attention -10 to -15% (fp32 cache), -15 to -30% (int8).
+      for (const CacheRows* cr : {&a.k, &a.v}) {
+        const size_t esize = cr->t->element_size();
+        const char* base = static_cast<const char*>(cr->t->data) + static_cast<size_t>(row0 * D) * esize;
+        const size_t bytes = static_cast<size_t>(nk * D) * esize;
+        for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(base + off, 0, 1);
+      }
       if (int8_cache) {
         f32.i8_scores.fn(qg, group, a.k.t->ptr<int8_t>() + row0 * D, a.k.scales + row0, nk, D, scores.data(), chunk);
       } else {
