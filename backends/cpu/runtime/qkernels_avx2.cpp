@@ -170,11 +170,12 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
     __m256 part[PASSES][MB];
-    float_pass<BITS, MB, 0, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[0]);
-    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[1]);
+    const uint8_t* gc = co.group_codes(codes, g);
+    float_pass<BITS, MB, 0, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[0]);
+    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[1]);
     if constexpr (PASSES > 2) {
-      float_pass<BITS, MB, 2 * CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[2]);
-      float_pass<BITS, MB, 3 * CP, CP>(co.group_codes(codes, g), g * wpg, wpg, x, lda, h, mask, part[3]);
+      float_pass<BITS, MB, 2 * CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[2]);
+      float_pass<BITS, MB, 3 * CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[3]);
     }
     static_assert(PASSES == 1 || PASSES == 2 || PASSES == 4, "1, 2 or 4 passes");
     __m256 p[MB];
