@@ -217,21 +217,20 @@ def unpack(blob: bytes) -> PackedWeight:
     if ok == ParamKind.PER_GROUP:
         param_sizes.append(ROWS * _SIZES[ParamType(ot)])
     rowsum_len = ALIGN if flags & FLAG_ROWSUM else 0
-    if flags & FLAG_INTERLEAVED:
-        group_len = group_code_len + sum(param_sizes)
-        stride = _pad(g * group_len + rowsum_len)
-        body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
+    interleaved = bool(flags & FLAG_INTERLEAVED)
+    group_len = group_code_len + sum(param_sizes)
+    sizes = [g * group_code_len] + [_pad(g * size) for size in param_sizes]  # the codes-first parts
+    stride = _pad(g * group_len + rowsum_len) if interleaved else sum(sizes) + rowsum_len
+    body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
+    if interleaved:
         grouped = body[:, : g * group_len].reshape(nb, g, group_len)
         code_part = grouped[:, :, :group_code_len]
         starts = np.cumsum([group_code_len] + param_sizes)
         param_parts = [grouped[:, :, a: a + size] for a, size in zip(starts, param_sizes)]
     else:
-        sizes = [g * group_code_len] + [_pad(g * size) for size in param_sizes] + ([rowsum_len] if rowsum_len else [])
-        stride = sum(sizes)
-        body = np.frombuffer(blob, dtype=np.uint8, count=nb * stride, offset=HEADER.size).reshape(nb, stride)
-        pos = np.cumsum([0] + sizes)
+        pos = np.cumsum(sizes)
         code_part = body[:, : g * group_code_len]
-        param_parts = [body[:, pos[i + 1]: pos[i + 1] + g * size].reshape(nb, g, size) for i, size in enumerate(param_sizes)]
+        param_parts = [body[:, pos[i]: pos[i] + g * size].reshape(nb, g, size) for i, size in enumerate(param_sizes)]
 
     words = np.ascontiguousarray(code_part).reshape(nb, g, gs // w, ROWS, 4).transpose(0, 3, 1, 2, 4)  # [NB][16][G][C][4]
     if bits == 4:

@@ -16,9 +16,9 @@
 // SIMD level.
 //
 // Arguments: codes = the block's code words (per group: [words_per_group][16] x 4 bytes, groups
-// co.group_bytes apart), G and words_per_group from the PackedWeight, co = the block's coefficients, act = activations
-// [MB][lda] (int8 or fp32), asum = [MB][G] fp32, ascale = [MB][G] fp32 or null (int kernels),
-// out = [MB][16] fp32.
+// co.group_bytes apart), G and words_per_group from the PackedWeight, co = the block's
+// coefficients, act = activations [MB][lda] (int8 or fp32), asum = [MB][G] fp32, ascale = [MB][G]
+// fp32 or null (int kernels), out = [MB][16] fp32.
 #pragma once
 
 #include <cstdint>
