@@ -289,6 +289,140 @@ EMBER_AVX512 void weighted_rows_sum_avx512(const float* p, const float* V, int64
       for (int64_t j = 0; j < n; ++j) axpy_avx512(p[j], V + j * ldv, out, D);
   }
 }
+// 16 int8 codes as 16 floats (exact); `m` masks a tail (codes past it read as 0, not loaded).
+EMBER_AVX512 inline __m512 i8x16_to_ps(const int8_t* c, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, c)));
+}
+
+// [sum(a[0]), sum(a[1]), sum(a[2]), sum(a[3])]: one add tree for the four rows.
+EMBER_AVX512 inline __m128 reduce4_avx512(const __m512* a) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a[0], a[1]), _mm512_unpackhi_ps(a[0], a[1]));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a[2], a[3]), _mm512_unpackhi_ps(a[2], a[3]));
+  // Per 128-bit block: [a0, a1, a2, a3] partial sums.
+  __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, 0x44), _mm512_shuffle_ps(t0, t1, 0xEE));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0x4E));
+  u = _mm512_add_ps(u, _mm512_shuffle_f32x4(u, u, 0xB1));
+  return _mm512_castps512_ps128(u);
+}
+
+// acc[g][r] += K row r's 16 codes at d (masked by m) x query head g's 16 values there.
+template <int NG>
+EMBER_AVX512 inline void i8_scores_step(__m512 (&acc)[NG][4], const float* q, const int8_t* k, int rows, int64_t D,
+                                        int64_t d, __mmask16 m) {
+  __m512 qv[NG];
+  for (int g = 0; g < NG; ++g) qv[g] = _mm512_maskz_loadu_ps(m, q + g * D + d);
+  for (int r = 0; r < rows; ++r) {
+    const __m512 kv = i8x16_to_ps(k + r * D + d, m);
+    for (int g = 0; g < NG; ++g) acc[g][r] = _mm512_fmadd_ps(kv, qv[g], acc[g][r]);
+  }
+}
+
+// Scores of NG (<= 3) query heads against rows of int8 codes, 4 rows per step: each 16 codes are
+// widened once, in a register, for all NG heads (see the AVX2 version); D's tail is masked.
+template <int NG>
+EMBER_AVX512 void i8_scores_avx512_t(const float* q, const int8_t* K, const float* scales, int64_t n, int64_t D,
+                                     float* s, int64_t lds) {
+  const int64_t D16 = D & ~int64_t{15};
+  const __mmask16 tail = static_cast<__mmask16>((1u << (D - D16)) - 1);
+  for (int64_t j = 0; j < n; j += 4) {
+    const int rows = static_cast<int>(std::min<int64_t>(4, n - j));
+    const int8_t* k = K + j * D;
+    __m512 acc[NG][4];
+    for (int g = 0; g < NG; ++g)
+      for (int r = 0; r < 4; ++r) acc[g][r] = _mm512_setzero_ps();
+    if (rows == 4) {
+      for (int64_t d = 0; d < D16; d += 16) i8_scores_step<NG>(acc, q, k, 4, D, d, 0xFFFF);
+      if (tail) i8_scores_step<NG>(acc, q, k, 4, D, D16, tail);
+    } else {
+      for (int64_t d = 0; d < D16; d += 16) i8_scores_step<NG>(acc, q, k, rows, D, d, 0xFFFF);
+      if (tail) i8_scores_step<NG>(acc, q, k, rows, D, D16, tail);
+    }
+    const __mmask8 out_mask = static_cast<__mmask8>((1u << rows) - 1);
+    const __m128 sc = _mm_maskz_loadu_ps(out_mask, scales + j);
+    for (int g = 0; g < NG; ++g) _mm_mask_storeu_ps(s + g * lds + j, out_mask, _mm_mul_ps(reduce4_avx512(acc[g]), sc));
+  }
+}
+
+EMBER_AVX512 void i8_scores_avx512(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n,
+                                   int64_t D, float* s, int64_t lds) {
+  for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators
+    const float* qg = q + g0 * D;
+    float* sg = s + g0 * lds;
+    switch (std::min<int64_t>(3, G - g0)) {
+      case 1: i8_scores_avx512_t<1>(qg, K, scales, n, D, sg, lds); break;
+      case 2: i8_scores_avx512_t<2>(qg, K, scales, n, D, sg, lds); break;
+      default: i8_scores_avx512_t<3>(qg, K, scales, n, D, sg, lds); break;
+    }
+  }
+}
+
+// out[g][d0 .. d0 + 16 NC) += sum_j w[g * ldw + j] * V[j][...] for NG (<= 3) heads, the last
+// vector masked by `tail`: NG x NC accumulators and NG broadcast weights stay in registers.
+template <int NG, int NC>
+EMBER_AVX512 void i8_weighted_cols_avx512(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
+                                          int64_t d0, __mmask16 tail, float* out, int64_t ldo) {
+  const auto mask = [tail](int c) { return c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
+  __m512 acc[NG][NC];
+  for (int g = 0; g < NG; ++g)
+    for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_maskz_loadu_ps(mask(c), out + g * ldo + d0 + 16 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const int8_t* v = V + j * D + d0;
+    __m512 wg[NG];
+    for (int g = 0; g < NG; ++g) wg[g] = _mm512_set1_ps(w[g * ldw + j]);
+    for (int c = 0; c < NC; ++c) {
+      const __m512 x = i8x16_to_ps(v + 16 * c, mask(c));
+      for (int g = 0; g < NG; ++g) acc[g][c] = _mm512_fmadd_ps(wg[g], x, acc[g][c]);
+    }
+  }
+  for (int g = 0; g < NG; ++g)
+    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + g * ldo + d0 + 16 * c, mask(c), acc[g][c]);
+}
+
+template <int NG>
+EMBER_AVX512 void i8_weighted_rows_avx512_t(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
+                                            float* out, int64_t ldo) {
+  constexpr int64_t kNC = 4;  // 3 heads x 4 vectors = 12 accumulators: head dims up to 64 in one pass
+  for (int64_t d0 = 0; d0 < D; d0 += 16 * kNC) {
+    const int64_t left = std::min<int64_t>(16 * kNC, D - d0), vecs = (left + 15) / 16;
+    const __mmask16 tail = static_cast<__mmask16>(left % 16 == 0 ? 0xFFFF : (1u << (left % 16)) - 1);
+    switch (vecs) {
+      case 1: i8_weighted_cols_avx512<NG, 1>(w, ldw, V, n, D, d0, tail, out, ldo); break;
+      case 2: i8_weighted_cols_avx512<NG, 2>(w, ldw, V, n, D, d0, tail, out, ldo); break;
+      case 3: i8_weighted_cols_avx512<NG, 3>(w, ldw, V, n, D, d0, tail, out, ldo); break;
+      default: i8_weighted_cols_avx512<NG, kNC>(w, ldw, V, n, D, d0, tail, out, ldo); break;
+    }
+  }
+}
+
+// The row scales are folded into the weights first (p * scale, a block of rows at a time on the
+// stack), so the main loop is one FMA per code and head.
+EMBER_AVX512 void i8_weighted_rows_avx512(const float* p, int64_t ldp, int64_t G, const int8_t* V,
+                                          const float* scales, int64_t n, int64_t D, float* out, int64_t ldo) {
+  constexpr int64_t kRows = 256;
+  alignas(64) float w[3 * kRows];
+  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+    const int64_t nb = std::min(kRows, n - j0);
+    for (int64_t g0 = 0; g0 < G; g0 += 3) {
+      const int64_t ng = std::min<int64_t>(3, G - g0);
+      for (int64_t g = 0; g < ng; ++g) {
+        const float* pg = p + (g0 + g) * ldp + j0;
+        float* wg = w + g * kRows;
+        for (int64_t j = 0; j < nb; j += 16) {
+          const __mmask16 m = static_cast<__mmask16>(nb - j >= 16 ? 0xFFFF : (1u << (nb - j)) - 1);
+          _mm512_mask_storeu_ps(wg + j, m,
+                                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pg + j), _mm512_maskz_loadu_ps(m, scales + j0 + j)));
+        }
+      }
+      const int8_t* vb = V + j0 * D;
+      float* og = out + g0 * ldo;
+      switch (ng) {
+        case 1: i8_weighted_rows_avx512_t<1>(w, kRows, vb, nb, D, og, ldo); break;
+        case 2: i8_weighted_rows_avx512_t<2>(w, kRows, vb, nb, D, og, ldo); break;
+        default: i8_weighted_rows_avx512_t<3>(w, kRows, vb, nb, D, og, ldo); break;
+      }
+    }
+  }
+}
 #endif  // EMBER_X86
 
 }  // namespace
@@ -306,6 +440,8 @@ void add_f32_avx512(F32Kernels& t) {
   t.softmax.set(scaled_softmax_avx512, kLevel);
   t.silu.set(silu_avx512, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_avx512, kLevel);
+  t.i8_scores.set(i8_scores_avx512, kLevel);
+  t.i8_weighted_rows.set(i8_weighted_rows_avx512, kLevel);
 #else
   (void)t;
 #endif

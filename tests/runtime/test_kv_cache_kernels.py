@@ -65,9 +65,11 @@ def _int8_cache(B, Hkv, S, D):
 
 @pytest.mark.parametrize("D,Hq,Hkv,S,window,softcap", [
     (64, 9, 3, 300, 0, 0.0), (40, 9, 3, 300, 0, 0.0), (64, 9, 3, 300, 50, 0.0), (64, 9, 3, 300, 0, 20.0),
-    # The decode kernels take query heads 3 at a time and dims 8 at a time: groups of 1, 4 (3 + 1)
-    # and 5 (3 + 2), dims with a remainder, and (one thread) chunks past their 256-row blocks.
-    (36, 4, 4, 300, 0, 0.0), (36, 8, 2, 300, 0, 0.0), (20, 10, 2, 600, 0, 0.0), (64, 2, 1, 700, 0, 0.0)])
+    # The decode kernels take query heads 3 at a time, dims 8 (AVX2) or 16 (AVX-512) at a time and
+    # up to 64 dims per pass: groups of 1, 4 (3 + 1) and 5 (3 + 2), dims with a remainder, a
+    # second pass (72, 80), and (one thread) chunks past their 256-row blocks.
+    (36, 4, 4, 300, 0, 0.0), (36, 8, 2, 300, 0, 0.0), (20, 10, 2, 600, 0, 0.0), (64, 2, 1, 700, 0, 0.0),
+    (72, 6, 2, 300, 0, 0.0), (80, 4, 2, 300, 0, 0.0)])
 def test_attend_cache_int8(D, Hq, Hkv, S, window, softcap):
     """Decode (T = 1, split over threads in chunks) and prefill (T > 1) over an int8 cache equal the
     reference, which attends over the dequantized fp32 rows."""
