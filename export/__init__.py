@@ -4,7 +4,8 @@
     program = lower(torch.export.export(model, args), metadata={"my.key": 1})
     program.save("model.ember"); print(program.summary())
 
-Torch is imported lazily: `Program` (reading/writing files) works without it.
+Torch is imported lazily: `Program` (reading/writing files) works without it, and nothing
+beyond the errors is imported until it is used (the CLI registers `ember inspect` in every process).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 from ember._lazy import lazy_attributes
 
 from ember.export.errors import ExportError, UnsupportedOpError
-from ember.export.program import Program
 
 __all__ = ["BackendDetails", "CompileSpec", "ExportError", "LoweringConfig", "Partitioner", "Program", "Subgraph",
            "UnsupportedOpError", "lower"]
 
 _LAZY = {
+    "Program": "ember.export.program",  # flatbuffers, which imports numpy: only when a file is read
     "lower": "ember.export.lowering",
     "LoweringConfig": "ember.export.lowering",
     "BackendDetails": "ember.export.backend",

@@ -7,15 +7,16 @@ import json
 import sys
 from typing import Any
 
-from ember.export.program import Program, _human, _seq
-from ember.export.state_summary import StateTensor, state_lines
-from ember.export.weights_report import WeightRow, render_weights, rows_as_dicts, weight_rows
+# The file readers (flatbuffers, which imports numpy) are imported by the functions that use them:
+# `ember` registers this command in every CLI process, `ember bench` included.
 
 EVAL_PREFIX = "eval."  # quality results written by `ember eval --record`, shown in their own section
 
 
 def describe(path: str) -> dict[str, Any]:
     import ember.runtime
+    from ember.export.program import Program, _human
+    from ember.export.weights_report import rows_as_dicts, weight_rows
 
     prog = Program.load(path)
     runtime = ember.runtime.load(path)  # also proves the runtime accepts the file
@@ -96,6 +97,10 @@ def _model_lines(m: dict[str, Any]) -> list[str]:
 
 
 def render(info: dict[str, Any], tensors: bool = False) -> str:
+    from ember.export.program import _human
+    from ember.export.state_summary import StateTensor, state_lines
+    from ember.export.weights_report import WeightRow, render_weights
+
     out = [f"{info['file']}: ember program, format {info['format_version']}, {_human(info['file_size'])}"]
     out.extend(_model_lines(info["model"]))
     seg = info["segments"]

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -41,9 +42,8 @@ def prompt_ids(llm: Any, length: int, text_path: Path | None) -> list[int]:
     """`length` token ids of real prose (tokenized by the file's tokenizer, repeated as needed);
     deterministic pseudo-random ids when the file has no tokenizer."""
     if "tokenizer.kind" not in llm.metadata:
-        import numpy as np
-
-        return [int(t) for t in np.random.default_rng(0).integers(0, llm.vocab_size, size=length)]
+        rng = random.Random(0)  # not numpy: `ember bench` keeps it out of the process (peak RSS)
+        return [rng.randrange(llm.vocab_size) for _ in range(length)]
     text = text_path.read_text(encoding="utf-8", errors="replace")[: 40 * length + 4000] if text_path else _FALLBACK_TEXT
     ids = llm.tokenizer.encode(text)
     while len(ids) < length:

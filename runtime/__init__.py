@@ -17,18 +17,18 @@ from ember.runtime.errors import (
     NotSupportedError,
     OutOfMemoryError,
 )
-from ember.runtime.program import (
-    Program,
-    backend_ids,
-    cpu_info,
-    get_memory_limit,
-    get_num_threads,
-    kernel_names,
-    load,
-    max_num_threads,
-    set_memory_limit,
-    set_num_threads,
-)
+from ember._lazy import lazy_attributes
+
+# The program API (numpy in and out) is imported on first use: ember.load's text runner and the
+# process settings do not need numpy, whose import alone is ~16 MiB of resident memory.
+_LAZY = {
+    "Program": "ember.runtime.program",
+    "load": "ember.runtime.program",
+    **{name: "ember.runtime.process" for name in (
+        "backend_ids", "cpu_info", "get_memory_limit", "get_num_threads", "kernel_names", "max_num_threads",
+        "set_memory_limit", "set_num_threads")},
+}
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 __all__ = [
     "EmberError",

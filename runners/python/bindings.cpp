@@ -29,7 +29,27 @@ namespace {
 
 using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
-IdArray as_ids(const py::object& ids, const char* what) {
+// Token ids as int64. A list or tuple of Python ints (what ember.llm passes) is read directly:
+// numpy is imported only for anything else (arrays, nested lists), so a process that only
+// generates never loads it (~16 MiB resident).
+std::vector<int64_t> as_ids(const py::object& ids, const char* what) {
+  PyObject* o = ids.ptr();
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject** items = PySequence_Fast_ITEMS(o);
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    bool plain = true;
+    for (Py_ssize_t i = 0; i < n && plain; ++i) {
+      if (!PyLong_CheckExact(items[i])) {
+        plain = false;
+        break;
+      }
+      int overflow = 0;
+      out[static_cast<size_t>(i)] = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+      plain = overflow == 0;
+    }
+    if (plain) return out;
+  }
   IdArray a = IdArray::ensure(ids);
   if (!a) {
     PyErr_Clear();
@@ -40,7 +60,7 @@ IdArray as_ids(const py::object& ids, const char* what) {
     raise(Error::make(ErrorCode::kInvalidArgument, "%s must be 1-D (or [1, T]), got rank %zd", what,
                       static_cast<ssize_t>(a.ndim())));
   }
-  return a;
+  return std::vector<int64_t>(a.data(), a.data() + a.shape(0));
 }
 
 const float* as_logits(const py::array_t<float, py::array::c_style | py::array::forcecast>& a, int64_t* n) {
@@ -111,11 +131,11 @@ class PyRunner {
 
   void start(const py::object& prompt, const GenerateConfig& config) {
     auto lk = lock();
-    IdArray ids = as_ids(prompt, "prompt_ids");
+    const std::vector<int64_t> ids = as_ids(prompt, "prompt_ids");
     Error e;
     {
       py::gil_scoped_release nogil;
-      e = runner_->start(ids.data(), static_cast<size_t>(ids.shape(0)), config);
+      e = runner_->start(ids.data(), ids.size(), config);
     }
     check(e);
   }
@@ -132,8 +152,7 @@ class PyRunner {
 
   py::tuple generate(const py::object& prompt, const GenerateConfig& config, const py::object& callback) {
     auto lk = lock();
-    IdArray ids = as_ids(prompt, "prompt_ids");
-    std::vector<int64_t> prompt_vec(ids.data(), ids.data() + ids.shape(0));
+    const std::vector<int64_t> prompt_vec = as_ids(prompt, "prompt_ids");
     std::unique_ptr<py::error_already_set> raised;
     const bool has_cb = !callback.is_none();
     // With no callback we still take the GIL briefly per token so Ctrl-C (SIGINT) is noticed.
@@ -164,10 +183,10 @@ class PyRunner {
 
   py::array_t<float> forward(const py::object& tokens, int64_t pos) {
     auto lk = lock();
-    IdArray ids = as_ids(tokens, "tokens");
+    const std::vector<int64_t> ids = as_ids(tokens, "tokens");
     Result<const float*> r = [&] {
       py::gil_scoped_release nogil;
-      return runner_->forward(ids.data(), ids.shape(0), pos);
+      return runner_->forward(ids.data(), static_cast<int64_t>(ids.size()), pos);
     }();
     const float* logits = unwrap(std::move(r));
     const int64_t v = runner_->info().vocab_size;
@@ -191,13 +210,13 @@ class PyRunner {
 
 // One batched decode step over several sessions of one program (TextRunner::forward_batch).
 py::list forward_batch(const std::vector<PyRunner*>& runners, const py::object& tokens, const py::object& positions) {
-  IdArray ids = as_ids(tokens, "tokens");
-  IdArray pos = as_ids(positions, "positions");
+  const std::vector<int64_t> ids = as_ids(tokens, "tokens");
+  const std::vector<int64_t> pos = as_ids(positions, "positions");
   const size_t n = runners.size();
-  if (n == 0 || static_cast<size_t>(ids.shape(0)) != n || static_cast<size_t>(pos.shape(0)) != n) {
+  if (n == 0 || ids.size() != n || pos.size() != n) {
     raise(Error::make(ErrorCode::kInvalidArgument,
-                      "forward_batch takes one token and one position per session: got %zu sessions, %zd tokens "
-                      "and %zd positions", n, ids.shape(0), pos.shape(0)));
+                      "forward_batch takes one token and one position per session: got %zu sessions, %zu tokens "
+                      "and %zu positions", n, ids.size(), pos.size()));
   }
   std::vector<std::unique_lock<std::mutex>> locks;
   std::vector<TextRunner*> native(n);
@@ -233,7 +252,7 @@ py::object sample_many(const py::array_t<float, py::array::c_style | py::array::
                        const SamplerConfig& config, const py::object& history, int64_t n) {
   int64_t vocab = 0;
   const float* data = as_logits(logits, &vocab);
-  IdArray hist = as_ids(history, "history");
+  const std::vector<int64_t> hist = as_ids(history, "history");
   Sampler sampler(vocab);
   check(sampler.configure(config));
   py::array_t<int64_t> out(n);
@@ -241,7 +260,7 @@ py::object sample_many(const py::array_t<float, py::array::c_style | py::array::
   {
     py::gil_scoped_release nogil;
     for (int64_t i = 0; i < n; ++i) {
-      Result<int64_t> r = sampler.sample(data, hist.data(), static_cast<size_t>(hist.shape(0)));
+      Result<int64_t> r = sampler.sample(data, hist.data(), hist.size());
       if (!r.ok()) {
         err = r.error();
         break;
@@ -333,11 +352,11 @@ PYBIND11_MODULE(_runner, m) {
          const py::object& history) {
         int64_t vocab = 0;
         const float* data = as_logits(logits, &vocab);
-        IdArray hist = as_ids(history, "history");
+        const std::vector<int64_t> hist = as_ids(history, "history");
         Sampler sampler(vocab);
         check(sampler.configure(config));
         std::vector<float> probs;
-        check(sampler.probabilities(data, hist.data(), static_cast<size_t>(hist.shape(0)), &probs));
+        check(sampler.probabilities(data, hist.data(), hist.size(), &probs));
         py::array_t<float> out(vocab);
         std::copy(probs.begin(), probs.end(), out.mutable_data());
         return out;

@@ -164,6 +164,25 @@ def test_generate_path_imports_without_torch(path) -> None:
         "print(repr(llm.generate('Hello', max_new_tokens=4)))\n"
         "print(llm.chat([{'role': 'user', 'content': 'Hi'}], max_new_tokens=3, stream=False) is not None)\n"
         "assert 'torch' not in sys.modules\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported (~16 MiB of resident memory)'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
     assert result.returncode == 0, result.stderr
+
+
+def test_bench_cli_imports_neither_torch_nor_numpy(path) -> None:
+    """`ember bench` runs with both blocked: its peak RSS bound (file + KV cache + 60 MiB) has no
+    room for numpy's ~16 MiB, and the CLI registers every subcommand (inspect, eval) in the process."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'numpy'): raise ImportError(name + ' is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from ember.cli import main\n"
+        f"sys.exit(main(['bench', {str(path)!r}, '--prompt-len', '8', '--gen-len', '4', '--repeats', '1', "
+        "'--threads', '1']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT))
+    assert result.returncode == 0, result.stderr
+    assert "tg4" in result.stdout, result.stdout

@@ -1,0 +1,73 @@
+"""Process-wide settings and facts of the C++ runtime: threads, the memory limit, the CPU and its
+kernels, the registered kernels and backends. No numpy: ember.load and the CLI use these without
+loading it."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from ember.runtime import _C
+from ember.runtime.errors import InvalidArgumentError
+
+
+def kernel_names() -> list[str]:
+    """Names of every kernel registered in this runtime, e.g. 'aten::add.Tensor'."""
+    return list(_C.kernel_names())
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU and the kernels chosen for it (detected once per process).
+
+    Keys: ``model`` (the CPU's name), ``features`` (avx2, fma, f16c, avx512f/bw/vl, avx512_vnni,
+    avx_vnni, amx_tile, amx_int8: bool), ``best_isa`` (the highest kernel level this CPU runs),
+    ``isa`` (the level in use: ``EMBER_KERNEL_ISA`` when set, else ``best_isa``), ``isa_error``
+    (why ``EMBER_KERNEL_ISA`` is refused, or None; loading a program then fails with it) and
+    ``kernels`` (each kernel family, e.g. ``"f32.gemv"``, and the level its version uses).
+    """
+    return dict(_C.cpu_info())
+
+
+def backend_ids() -> list[str]:
+    return list(_C.backend_ids())
+
+
+def set_num_threads(n: int) -> int:
+    """Sets the kernel thread count (process-wide, shared with ember.runners and ember.load).
+
+    ``n`` above the logical CPUs this process may use is lowered to that count with a
+    RuntimeWarning (``max_num_threads()``). Returns the count in effect. If the OS refuses to
+    start a worker thread, raises OutOfMemoryError once; the pool keeps the threads it started.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= 2**31 - 1:
+        raise InvalidArgumentError(f"threads must be an int in [1, 2**31), got {n!r}; use about one per physical core")
+    return int(_C.set_num_threads(int(n)))
+
+
+def get_num_threads() -> int:
+    """The kernel thread count in effect (process-wide)."""
+    return int(_C.get_num_threads())
+
+
+def max_num_threads() -> int:
+    """The most kernel threads ember uses: the logical CPUs this process may run on."""
+    return int(_C.max_num_threads())
+
+
+def set_memory_limit(nbytes: int | None) -> None:
+    """Sets the most bytes any one allocation sized by a program file may take (process-wide).
+
+    Program state (the KV cache), each method's activation arena, a delegate's intermediate
+    values and the runner's vocabulary-sized buffers are checked against it before they are
+    allocated; a file that asks for more fails with OutOfMemoryError instead of exhausting the
+    process. The default is the machine's physical memory, or the environment variable
+    ``EMBER_MEMORY_LIMIT`` (e.g. ``8G``). ``None`` restores the default.
+    """
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or not 0 < nbytes < 2**64):
+        raise InvalidArgumentError(f"memory limit must be None or a byte count in [1, 2**64), got {nbytes!r}")
+    _C.set_memory_limit(0 if nbytes is None else int(nbytes))
+
+
+def get_memory_limit() -> int:
+    """The memory limit in bytes now in force (see set_memory_limit)."""
+    return int(_C.get_memory_limit())
