@@ -1,7 +1,10 @@
 #include "ember/runners/text_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
+#include "async_step.h"
 #include "ember/runtime/memory_limit.h"
 #include "ember/runtime/thread_pool.h"
 
@@ -16,6 +19,8 @@ Error GenerateConfig::validate() const {
 TextRunner::TextRunner(std::unique_ptr<TextDecoder> decoder)
     : decoder_(std::move(decoder)), sampler_(decoder_->info().vocab_size) {
   cached_.reserve(static_cast<size_t>(decoder_->info().max_context_len));
+  const char* ahead = std::getenv("EMBER_STEP_AHEAD");
+  step_ahead_ = ahead == nullptr || std::strcmp(ahead, "0") != 0;
 }
 
 Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads, LoadMode mode) {
@@ -63,7 +68,42 @@ Result<std::unique_ptr<TextRunner>> TextRunner::new_session(int threads) const {
   return runner;
 }
 
-TextRunner::~TextRunner() { set_active(false); }
+TextRunner::~TextRunner() {
+  (void)drain();  // the helper must be done with the decoder before either goes
+  set_active(false);
+}
+
+Error TextRunner::drain() {
+  if (ahead_ == nullptr || !ahead_->launched()) return Error::ok();
+  auto logits = ahead_->wait();
+  if (!logits.ok()) {
+    cached_.clear();
+    pending_ = kDone;
+    return logits.error().with_context("decode");
+  }
+  logits_ = *logits;
+  cached_.push_back(pending_);
+  pending_ = kDone;
+  ++stats_.decode_steps;
+  batched_steps_sum_ += static_cast<int64_t>(decoder_->last_batch_size());
+  return Error::ok();
+}
+
+Error TextRunner::feed_pending() {
+  if (ahead_ != nullptr && ahead_->launched()) return drain();
+  auto logits = decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size()));
+  if (!logits.ok()) {
+    cached_.clear();
+    pending_ = kDone;
+    return logits.error().with_context("decode");
+  }
+  logits_ = *logits;
+  cached_.push_back(pending_);
+  pending_ = kDone;
+  ++stats_.decode_steps;
+  batched_steps_sum_ += static_cast<int64_t>(decoder_->last_batch_size());
+  return Error::ok();
+}
 
 void TextRunner::set_active(bool active) {
   if (active == active_) return;
@@ -78,6 +118,7 @@ bool TextRunner::is_stop_id(int64_t token) const {
 }
 
 void TextRunner::finish(StopReason reason) {
+  (void)drain();  // a step started ahead completes (its token stays cached); an error here only clears the cache
   set_active(false);
   if (stats_.decode_steps > 0) {
     stats_.decode_batch_mean = static_cast<double>(batched_steps_sum_) / static_cast<double>(stats_.decode_steps);
@@ -88,6 +129,7 @@ void TextRunner::finish(StopReason reason) {
 
 Error TextRunner::start(const int64_t* prompt, size_t n, const GenerateConfig& config) {
   const LlmInfo& info = decoder_->info();
+  (void)drain();  // an abandoned generation's step started ahead: its cache row is valid
   set_active(false);
   pending_ = kDone;
   batched_steps_sum_ = 0;
@@ -144,27 +186,21 @@ Result<int64_t> TextRunner::next() {
     return kDone;
   }
   const LlmInfo& info = decoder_->info();
-  const Clock::time_point t0 = Clock::now();
   if (pending_ != kDone) {
-    if (stats_.generated_tokens >= config_.max_new_tokens) {
+    const bool ahead = ahead_ != nullptr && ahead_->launched();
+    if (!ahead && stats_.generated_tokens >= config_.max_new_tokens) {
       finish(StopReason::kMaxTokens);
       return kDone;
     }
-    if (static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
+    if (!ahead && static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
       finish(StopReason::kContextFull);
       return kDone;
     }
-    auto logits = decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size()));
-    if (!logits.ok()) {
-      cached_.clear();
+    Error e = feed_pending();
+    if (e) {
       set_active(false);
-      return logits.error().with_context("decode");
+      return e;
     }
-    logits_ = *logits;
-    cached_.push_back(pending_);
-    pending_ = kDone;
-    ++stats_.decode_steps;
-    batched_steps_sum_ += static_cast<int64_t>(decoder_->last_batch_size());
   }
   const Clock::time_point ts = Clock::now();
   auto token = sampler_.sample(logits_, cached_.data(), cached_.size());
@@ -174,10 +210,13 @@ Result<int64_t> TextRunner::next() {
     return token.error();
   }
   stats_.sampling_ms += std::chrono::duration<double, std::milli>(te - ts).count();
+  // Decode time is wall time from the first token to the latest: with steps started ahead, the
+  // caller's work between tokens overlaps the steps, so the sum of next() calls would undercount.
   if (stats_.decode_steps > 0) {
-    stats_.decode_ms += std::chrono::duration<double, std::milli>(te - t0).count();
+    stats_.decode_ms = std::chrono::duration<double, std::milli>(te - first_token_time_).count();
   } else {
     stats_.time_to_first_token_ms = std::chrono::duration<double, std::milli>(te - start_time_).count();
+    first_token_time_ = te;
   }
   const int64_t id = *token;
   if (!config_.ignore_eos && std::find(info.eos_ids.begin(), info.eos_ids.end(), id) != info.eos_ids.end()) {
@@ -190,6 +229,12 @@ Result<int64_t> TextRunner::next() {
   }
   pending_ = id;
   ++stats_.generated_tokens;
+  // Start its step now when generation will feed it (the checks above, one token early).
+  if (step_ahead_ && stats_.generated_tokens < config_.max_new_tokens &&
+      static_cast<int64_t>(cached_.size()) < info.max_context_len) {
+    if (ahead_ == nullptr) ahead_ = std::make_unique<AsyncStep>(decoder_.get());
+    if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) step_ahead_ = false;  // no helper: run steps here
+  }
   return id;
 }
 
@@ -213,6 +258,7 @@ Result<GenerateResult> TextRunner::generate(const std::vector<int64_t>& prompt, 
 }
 
 void TextRunner::reset() {
+  (void)drain();
   set_active(false);
   pending_ = kDone;
   cached_.clear();
@@ -220,6 +266,7 @@ void TextRunner::reset() {
 }
 
 void TextRunner::release_cache() {
+  (void)drain();
   set_active(false);
   pending_ = kDone;
   cached_.clear();  // the caller now owns what the cache holds

@@ -192,6 +192,30 @@ def test_prefix_reuse_gives_the_same_tokens_as_a_fresh_run(runner, tiny_path) ->
     assert runner.generate(diverged, gen_config(6))[0] == third and runner.stats["reused_tokens"] == 0
 
 
+@pytest.mark.parametrize("ahead", ["1", "0"])
+def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, monkeypatch, ahead) -> None:
+    """next() starts the returned token's step before returning (EMBER_STEP_AHEAD, on by default);
+    a generation stopped by its callback still completes that step, so the token is cached, and
+    the tokens, the follow-up's reuse and its answer are those of a run without stepping ahead."""
+    monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
+    runner = _runner.Runner(str(tiny_path), 1)
+    seen = []
+    tokens, reason = runner.generate(PROMPT, gen_config(20), lambda t: len(seen.append(t) or seen) < 3)
+    assert reason == "stopped" and tokens == fresh(tiny_path, PROMPT, 3)
+    fed = tokens if ahead == "1" else tokens[:-1]
+    assert runner.cached_tokens == PROMPT + fed
+    follow = PROMPT + tokens + [50, 51]
+    second, _ = runner.generate(follow, gen_config(5))
+    assert runner.stats["reused_tokens"] == len(PROMPT) + len(fed)
+    assert second == fresh(tiny_path, follow, 5)
+    # stop() from the caller's side between tokens: the same bookkeeping.
+    runner.start(PROMPT, gen_config(20))
+    first = [runner.next(), runner.next()]
+    runner.stop()
+    assert runner.next() is None and runner.stop_reason == "stopped"
+    assert runner.cached_tokens == PROMPT + (first if ahead == "1" else first[:1])
+
+
 @pytest.mark.parametrize(
     "prompt, match",
     [([], "empty"), ([1, 384], "384 at index 1 is outside the vocabulary"), ([1, -3], "-3"),

@@ -11,6 +11,11 @@
 // Two ways to drive it:
 //   - `generate(prompt, config, on_token)`: the whole loop; `on_token` returns false to stop;
 //   - `start(prompt, config)` then `next()` until it returns kDone: one token per call.
+// Step ahead: once next() has sampled a token that generation will feed, it starts that token's
+// forward step on a helper thread (AsyncStep) before returning, so the caller's work with the
+// token overlaps the step; the following next() collects it. A generation that ends early
+// (stop(), a callback returning false) still completes that step, and the token is then in
+// cached_tokens(). EMBER_STEP_AHEAD=0 runs every step inside next() instead.
 // `stop()` may be called from any thread; it ends the current generation at the next token.
 // Everything else is single-threaded.
 #pragma once
@@ -45,6 +50,8 @@ struct GenerateResult {
   std::vector<int64_t> tokens;      // generated ids (EOS / stop ids excluded)
   StopReason stop_reason = StopReason::kNone;
 };
+
+class AsyncStep;
 
 class TextRunner {
  public:
@@ -108,6 +115,12 @@ class TextRunner {
   void set_active(bool active);
   // For the raw forward calls: ends any generation and forgets the cached-token bookkeeping.
   void release_cache();
+  // Collects a step started ahead (AsyncStep), if any: on success its token joins cached_ and
+  // its logits become logits_; on failure cached_ is cleared (the cache content is unknown).
+  Error drain();
+  // The forward step of pending_ at the next position: collected from the helper when it was
+  // started ahead, else run here.
+  Error feed_pending();
 
   std::unique_ptr<TextDecoder> decoder_;
   Sampler sampler_;
@@ -121,6 +134,9 @@ class TextRunner {
   bool active_ = false;
   Clock::time_point start_time_;
   int64_t batched_steps_sum_ = 0;  // sum over decode steps of the sessions sharing each
+  Clock::time_point first_token_time_;  // when the first token of this generation was sampled
+  bool step_ahead_ = true;              // EMBER_STEP_AHEAD, read at creation
+  std::unique_ptr<AsyncStep> ahead_;    // made on the first step started ahead
 };
 
 }  // namespace runners
