@@ -73,11 +73,9 @@ TextRunner::~TextRunner() {
   set_active(false);
 }
 
-Error TextRunner::drain() {
-  if (ahead_ == nullptr || !ahead_->launched()) return Error::ok();
-  auto logits = ahead_->wait();
+Error TextRunner::accept_step(Result<const float*> logits) {
   if (!logits.ok()) {
-    cached_.clear();
+    cached_.clear();  // the cache content is unknown now
     pending_ = kDone;
     return logits.error().with_context("decode");
   }
@@ -89,20 +87,14 @@ Error TextRunner::drain() {
   return Error::ok();
 }
 
+Error TextRunner::drain() {
+  if (ahead_ == nullptr || !ahead_->launched()) return Error::ok();
+  return accept_step(ahead_->wait());
+}
+
 Error TextRunner::feed_pending() {
   if (ahead_ != nullptr && ahead_->launched()) return drain();
-  auto logits = decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size()));
-  if (!logits.ok()) {
-    cached_.clear();
-    pending_ = kDone;
-    return logits.error().with_context("decode");
-  }
-  logits_ = *logits;
-  cached_.push_back(pending_);
-  pending_ = kDone;
-  ++stats_.decode_steps;
-  batched_steps_sum_ += static_cast<int64_t>(decoder_->last_batch_size());
-  return Error::ok();
+  return accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
 }
 
 void TextRunner::set_active(bool active) {

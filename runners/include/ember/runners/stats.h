@@ -29,7 +29,7 @@ struct Stats {
   double time_to_first_token_ms = 0;  // start of generate -> first token sampled
   int64_t generated_tokens = 0;    // tokens returned (EOS / stop ids excluded)
   int64_t decode_steps = 0;        // single-token forward calls
-  double decode_ms = 0;            // time in those calls
+  double decode_ms = 0;            // wall time from the first token sampled to the last (steps overlap the caller)
   double decode_tokens_per_s = 0;
   double decode_batch_mean = 0;    // sessions per decode step on average, this one included (1: alone)
   double sampling_ms = 0;

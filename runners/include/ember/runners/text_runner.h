@@ -115,8 +115,10 @@ class TextRunner {
   void set_active(bool active);
   // For the raw forward calls: ends any generation and forgets the cached-token bookkeeping.
   void release_cache();
-  // Collects a step started ahead (AsyncStep), if any: on success its token joins cached_ and
-  // its logits become logits_; on failure cached_ is cleared (the cache content is unknown).
+  // The result of pending_'s forward step: on success the token joins cached_ and the logits
+  // become logits_; on failure cached_ is cleared (the cache content is unknown).
+  Error accept_step(Result<const float*> logits);
+  // Collects a step started ahead (AsyncStep), if any (accept_step).
   Error drain();
   // The forward step of pending_ at the next position: collected from the helper when it was
   // started ahead, else run here.
