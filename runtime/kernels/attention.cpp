@@ -213,17 +213,24 @@ void attend_decode(const AttendArgs& a) {
   constexpr int64_t kBlock = 64;
   const F32Kernels& f32 = f32_kernels();
   const bool int8_cache = a.k.t->dtype == DType::kInt8 && a.v.t->dtype == DType::kInt8;
+  // Task tk: batch row b, kv head hk, and its chunk's first cache row and row count.
+  struct Task {
+    int64_t b, hk, row0, nk;
+  };
+  auto task_of = [&](int64_t tk) {
+    const int64_t c = tk % nchunks, hk = (tk / nchunks) % Hkv, b = tk / (nchunks * Hkv);
+    const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk);
+    return Task{b, hk, (b * Hkv + hk) * S + k0, k1 - k0};
+  };
   auto task_rows = [&](int64_t tk) {
     TaskPrefetch pf;
-    const int64_t cc = tk % nchunks, hh = (tk / nchunks) % Hkv, bb = tk / (nchunks * Hkv);
-    const int64_t kk0 = lo + cc * chunk, kk1 = std::min(hi, kk0 + chunk);
-    if (kk1 <= kk0) return pf;
-    const int64_t r0 = (bb * Hkv + hh) * S + kk0;
+    const Task t = task_of(tk);
+    if (t.nk <= 0) return pf;
     int i = 0;
     for (const CacheRows* cr : {&a.k, &a.v}) {
       const size_t esize = cr->t->element_size();
-      pf.base[i] = static_cast<const char*>(cr->t->data) + static_cast<size_t>(r0 * D) * esize;
-      pf.bytes[i++] = static_cast<size_t>((kk1 - kk0) * D) * esize;
+      pf.base[i] = static_cast<const char*>(cr->t->data) + static_cast<size_t>(t.row0 * D) * esize;
+      pf.bytes[i++] = static_cast<size_t>(t.nk * D) * esize;
     }
     return pf;
   };
@@ -232,10 +239,9 @@ void attend_decode(const AttendArgs& a) {
     scores.resize(static_cast<size_t>(group * chunk));
     rowbuf.resize(static_cast<size_t>(kBlock * D));
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t c = task % nchunks, hk = (task / nchunks) % Hkv, b = task / (nchunks * Hkv);
-      const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk), nk = k1 - k0;
-      const int64_t row0 = (b * Hkv + hk) * S + k0;  // the chunk's first cache row
-      const float* qg = qp + (b * Hq + hk * group) * D;  // the group's query heads, D apart
+      const Task t = task_of(task);
+      const int64_t nk = t.nk, row0 = t.row0;  // the chunk's row count and first cache row
+      const float* qg = qp + (t.b * Hq + t.hk * group) * D;  // the group's query heads, D apart
       float* const sl0 = part + task * group * slot;
       for (int64_t g = 0; g < group; ++g) {
         float* sl = sl0 + g * slot;
