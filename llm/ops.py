@@ -143,12 +143,19 @@ def attend_cache_int8(
     Tensor v_scales, Tensor input_pos, float scale, int sliding_window, float softcap) -> Tensor``
 
       - k_cache, v_cache: int8 [B, Hkv, S, D]; k_scales, v_scales: float32 [B, Hkv, S, 1].
-      - Everything else, the result included, as ``attend_cache``: the cache rows are dequantized
-        in fp32 (code * scale) and attended exactly as an fp32 cache holding those values.
+      - The queries are quantized as the cache's rows are: each query row of D values becomes
+        ``quantize_kv``'s codes * scale (llama.cpp's q8_0 cache does the same), so that decode
+        scores are integer dot products of codes times the two rows' scales.
+      - Everything else, the result included, as ``attend_cache`` over those queries: the cache
+        rows are dequantized in fp32 (code * scale) and attended exactly as an fp32 cache
+        holding those values.
     """
+    q_codes, q_scales = quantize_kv(q)
+    queries = q_codes.float() * q_scales  # [B, Hq, T, D] fp32
     keys = k_cache.float() * k_scales  # [B, Hkv, S, D]
     values = v_cache.float() * v_scales  # [B, Hkv, S, D]
-    return attend_cache(q, keys, values, input_pos, scale, sliding_window, softcap)
+    out = attend_cache(queries, keys, values, input_pos, scale, sliding_window, softcap)
+    return out.to(q.dtype)
 
 
 @attend_cache_int8.register_fake

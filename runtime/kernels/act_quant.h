@@ -105,4 +105,28 @@ inline float group_codes(const float* x, int64_t gs, int8_t* q) {
   return d;
 }
 
+// ember::quantize_kv of one row (the int8 KV cache, and the queries attend_cache_int8 scores
+// with): s = max|x| / 127, codes = clamp(round_half_even(x / s), -127, 127); zeros for an
+// all-zero row (s = 0) and for a row holding a NaN or an infinity (s = NaN).
+inline void quantize_kv_row(const float* x, int64_t D, int8_t* codes, float* scale) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t d = 0; d < D; ++d) {
+    const float a = std::fabs(x[d]);
+    finite = finite && a <= std::numeric_limits<float>::max();
+    amax = a > amax ? a : amax;
+  }
+  const float s = amax / 127.0f;
+  if (!finite || !(s > 0.0f)) {
+    for (int64_t d = 0; d < D; ++d) codes[d] = 0;
+    *scale = finite ? s : std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  for (int64_t d = 0; d < D; ++d) {
+    const float r = round_half_even(x[d] / s);  // |x / s| <= 127 (+ rounding): within the trick's range
+    codes[d] = static_cast<int8_t>(r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r));
+  }
+  *scale = s;
+}
+
 }  // namespace ember

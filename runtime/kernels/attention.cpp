@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "act_quant.h"
 #include "f32_kernels.h"
 #include "gemm.h"
 #include "kernel_utils.h"
@@ -206,13 +207,24 @@ void attend_decode(const AttendArgs& a) {
   part_storage.resize(static_cast<size_t>(tasks * group * slot));
   float* const part = part_storage.data();  // a plain pointer: worker threads see the caller's buffer
   const float* qp = q.ptr<float>();
+  const F32Kernels& f32 = f32_kernels();
+  const bool int8_cache = a.k.t->dtype == DType::kInt8 && a.v.t->dtype == DType::kInt8;
+  // An int8 cache's scores take the queries in int8 (attend_cache_int8's semantics): each head's
+  // row is quantized once per step, for every task.
+  thread_local std::vector<int8_t> q8_storage;
+  thread_local std::vector<float> qs_storage;
+  if (int8_cache) {
+    q8_storage.resize(static_cast<size_t>(B * Hq * D));
+    qs_storage.resize(static_cast<size_t>(B * Hq));
+    for (int64_t r = 0; r < B * Hq; ++r) quantize_kv_row(qp + r * D, D, q8_storage.data() + r * D, qs_storage.data() + r);
+  }
+  const int8_t* const q8 = q8_storage.data();
+  const float* const qs = qs_storage.data();
   // The query heads of a group walk the chunk together, one block of rows at a time: each K/V
   // row comes from memory once and is reused from L1 by the other heads of its group.
   // An int8 cache is read in place by the f32.i8_* kernels: codes widened in registers, scales
   // applied per row (no fp32 copy of the block).
   constexpr int64_t kBlock = 64;
-  const F32Kernels& f32 = f32_kernels();
-  const bool int8_cache = a.k.t->dtype == DType::kInt8 && a.v.t->dtype == DType::kInt8;
   // Task tk: batch row b, kv head hk, and its chunk's first cache row and row count.
   struct Task {
     int64_t b, hk, row0, nk;
@@ -256,8 +268,9 @@ void attend_decode(const AttendArgs& a) {
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);
         if (int8_cache) {
-          f32.i8_scores.fn(qg, group, a.k.t->ptr<int8_t>() + (row0 + j0) * D, a.k.scales + row0 + j0, nb, D,
-                           scores.data() + j0, chunk);
+          const int64_t h0 = t.b * Hq + t.hk * group;  // the group's first query head
+          f32.i8_scores.fn(q8 + h0 * D, qs + h0, group, a.k.t->ptr<int8_t>() + (row0 + j0) * D, a.k.scales + row0 + j0,
+                           nb, D, scores.data() + j0, chunk);
         } else {
           const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
           for (int64_t g = 0; g < group; ++g) {
@@ -321,12 +334,14 @@ void attend_rows(const AttendArgs& a) {
   const float sc = a.sc, cap = a.cap;
   const bool q_f32 = q.dtype == DType::kFloat32;
   const bool out_f32 = out.dtype == DType::kFloat32;
+  const bool int8_cache = a.k.t->dtype == DType::kInt8;
   const int64_t tb = T >= 64 ? 16 : (T >= 8 ? 4 : 1);
   const int64_t tblocks = (T + tb - 1) / tb;
   const int64_t tasks = B * Hq * tblocks;
   auto body = [&](int64_t task_b, int64_t task_e) {
     std::vector<float> scores;
     std::vector<float> kbuf, vbuf, qbuf(static_cast<size_t>(D)), obuf(static_cast<size_t>(D));
+    std::vector<int8_t> q8(static_cast<size_t>(int8_cache ? D : 0));
     for (int64_t task = task_b; task < task_e; ++task) {
       const int64_t blk = task % tblocks, h = (task / tblocks) % Hq, b = task / (tblocks * Hq);
       const int64_t hk = h / group;
@@ -352,6 +367,12 @@ void attend_rows(const AttendArgs& a) {
         } else {
           convert_elements(q.dtype, static_cast<const uint8_t*>(q.data) + static_cast<size_t>(qoff) * q.element_size(),
                            DType::kFloat32, qbuf.data(), D);
+          qr = qbuf.data();
+        }
+        if (int8_cache) {  // the query as its int8 codes times their scale (attend_cache_int8)
+          float qscale = 0;
+          quantize_kv_row(qr, D, q8.data(), &qscale);
+          for (int64_t d = 0; d < D; ++d) qbuf[d] = static_cast<float>(q8[d]) * qscale;
           qr = qbuf.data();
         }
         const int64_t n = hi - lo;
@@ -441,7 +462,9 @@ Error attend_cache_k(KernelContext&, KernelArgs a) {
 }
 
 // ember::attend_cache_int8(q, k_cache int8 [B,Hkv,S,D], k_scales f32 [B,Hkv,S,1], v_cache,
-// v_scales, input_pos, scale, sliding_window, softcap): attend_cache over rows code * scale.
+// v_scales, input_pos, scale, sliding_window, softcap): attend_cache over rows code * scale, with
+// each query row quantized like a cache row first (quantize_kv_row): decode's scores are then
+// integer dot products (f32.i8_scores).
 Error attend_cache_int8_k(KernelContext&, KernelArgs a) {
   Tensor *q = nullptr, *kc = nullptr, *ks = nullptr, *vc = nullptr, *vs = nullptr, *pos_t = nullptr, *out = nullptr;
   double scale = 0, softcap = 0;
@@ -458,6 +481,10 @@ Error attend_cache_int8_k(KernelContext&, KernelArgs a) {
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   EMBER_CHECK_ARG(kc->dtype == DType::kInt8, "attend_cache_int8: k_cache must be int8, got %s", dtype_name(kc->dtype));
   EMBER_TRY(check_attend("attend_cache_int8", *q, *kc, *vc, *pos_t, *out, &args));
+  EMBER_CHECK_ARG(kc->sizes[3] <= kern::kMaxI8ScoresDim,
+                  "attend_cache_int8: head dim %" PRId64 " is over the int8 cache's limit of %" PRId64
+                  " (export with --kv-dtype fp16 or fp32)",
+                  kc->sizes[3], kern::kMaxI8ScoresDim);
   char b1[96], b2[96];
   for (const Tensor* s : {ks, vs}) {
     const bool ok = s->dtype == DType::kFloat32 && s->dim == 4 && s->sizes[0] == kc->sizes[0] &&

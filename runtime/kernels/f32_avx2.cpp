@@ -298,8 +298,8 @@ EMBER_AVX2 void scaled_i8_to_float_avx2(const int8_t* src, const float* scales, 
 // widened once, in a register, for all NG heads; 4 x NG independent accumulators; the 4 rows'
 // sums come out of one horizontal-add tree per head.
 template <int NG>
-EMBER_AVX2 void i8_scores_avx2_t(const float* q, const int8_t* K, const float* scales, int64_t n, int64_t D, float* s,
-                                 int64_t lds) {
+EMBER_AVX2 void i8_scores_avx2_t(const float* q, const float* qs, const int8_t* K, const float* ks, int64_t n, int64_t D,
+                                 float* s, int64_t lds) {
   const int64_t D8 = D & ~int64_t{7};
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -313,7 +313,7 @@ EMBER_AVX2 void i8_scores_avx2_t(const float* q, const int8_t* K, const float* s
         for (int g = 0; g < NG; ++g) acc[g][r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + g * D + d), acc[g][r]);
       }
     }
-    const __m128 sc = _mm_loadu_ps(scales + j);
+    const __m128 sc = _mm_loadu_ps(ks + j);
     for (int g = 0; g < NG; ++g) {
       const __m256 t0 = _mm256_hadd_ps(acc[g][0], acc[g][1]), t1 = _mm256_hadd_ps(acc[g][2], acc[g][3]);
       const __m256 u = _mm256_hadd_ps(t0, t1);  // per 128-bit half: the 4 rows' partial sums
@@ -325,7 +325,7 @@ EMBER_AVX2 void i8_scores_avx2_t(const float* q, const int8_t* K, const float* s
           for (int64_t d = D8; d < D; ++d) t[r] += q[g * D + d] * static_cast<float>(k[r * D + d]);
         sums = _mm_load_ps(t);
       }
-      _mm_storeu_ps(s + g * lds + j, _mm_mul_ps(sums, sc));
+      _mm_storeu_ps(s + g * lds + j, _mm_mul_ps(sums, _mm_mul_ps(_mm_set1_ps(qs[g]), sc)));
     }
   }
   for (; j < n; ++j) {
@@ -335,20 +335,24 @@ EMBER_AVX2 void i8_scores_avx2_t(const float* q, const int8_t* K, const float* s
       for (int64_t d = 0; d < D8; d += 8) acc = _mm256_fmadd_ps(i8x8_to_ps(k + d), _mm256_loadu_ps(q + g * D + d), acc);
       float r = hsum256(acc);
       for (int64_t d = D8; d < D; ++d) r += q[g * D + d] * static_cast<float>(k[d]);
-      s[g * lds + j] = r * scales[j];
+      s[g * lds + j] = r * (qs[g] * ks[j]);
     }
   }
 }
 
-EMBER_AVX2 void i8_scores_avx2(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
-                               float* s, int64_t lds) {
+// The query codes as fp32 (exact), 3 heads at a time: products and partial sums of codes stay
+// integers below 2^24, so the fp32 FMAs sum them exactly, in any order.
+EMBER_AVX2 void i8_scores_avx2(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks,
+                               int64_t n, int64_t D, float* s, int64_t lds) {
+  alignas(32) float qf[3 * kMaxI8ScoresDim];
   for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators, all in registers
-    const float* qg = q + g0 * D;
+    const int64_t ng = std::min<int64_t>(3, G - g0);
+    for (int64_t i = 0; i < ng * D; ++i) qf[i] = static_cast<float>(q8[g0 * D + i]);
     float* sg = s + g0 * lds;
-    switch (std::min<int64_t>(3, G - g0)) {
-      case 1: i8_scores_avx2_t<1>(qg, K, scales, n, D, sg, lds); break;
-      case 2: i8_scores_avx2_t<2>(qg, K, scales, n, D, sg, lds); break;
-      default: i8_scores_avx2_t<3>(qg, K, scales, n, D, sg, lds); break;
+    switch (ng) {
+      case 1: i8_scores_avx2_t<1>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      case 2: i8_scores_avx2_t<2>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      default: i8_scores_avx2_t<3>(qf, qs + g0, K, ks, n, D, sg, lds); break;
     }
   }
 }

@@ -320,8 +320,8 @@ EMBER_AVX512 inline void i8_scores_step(__m512 (&acc)[NG][4], const float* q, co
 // Scores of NG (<= 3) query heads against rows of int8 codes, 4 rows per step: each 16 codes are
 // widened once, in a register, for all NG heads (see the AVX2 version); D's tail is masked.
 template <int NG>
-EMBER_AVX512 void i8_scores_avx512_t(const float* q, const int8_t* K, const float* scales, int64_t n, int64_t D,
-                                     float* s, int64_t lds) {
+EMBER_AVX512 void i8_scores_avx512_t(const float* q, const float* qs, const int8_t* K, const float* ks, int64_t n,
+                                     int64_t D, float* s, int64_t lds) {
   const int64_t D16 = D & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (D - D16)) - 1);
   for (int64_t j = 0; j < n; j += 4) {
@@ -338,20 +338,24 @@ EMBER_AVX512 void i8_scores_avx512_t(const float* q, const int8_t* K, const floa
       if (tail) i8_scores_step<NG>(acc, q, k, rows, D, D16, tail);
     }
     const __mmask8 out_mask = static_cast<__mmask8>((1u << rows) - 1);
-    const __m128 sc = _mm_maskz_loadu_ps(out_mask, scales + j);
-    for (int g = 0; g < NG; ++g) _mm_mask_storeu_ps(s + g * lds + j, out_mask, _mm_mul_ps(reduce4_avx512(acc[g]), sc));
+    const __m128 sc = _mm_maskz_loadu_ps(out_mask, ks + j);
+    for (int g = 0; g < NG; ++g)
+      _mm_mask_storeu_ps(s + g * lds + j, out_mask, _mm_mul_ps(reduce4_avx512(acc[g]), _mm_mul_ps(_mm_set1_ps(qs[g]), sc)));
   }
 }
 
-EMBER_AVX512 void i8_scores_avx512(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n,
-                                   int64_t D, float* s, int64_t lds) {
+// The query codes as fp32 (exact; see the AVX2 version), 3 heads at a time.
+EMBER_AVX512 void i8_scores_avx512(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks,
+                                   int64_t n, int64_t D, float* s, int64_t lds) {
+  alignas(64) float qf[3 * kMaxI8ScoresDim];
   for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators
-    const float* qg = q + g0 * D;
+    const int64_t ng = std::min<int64_t>(3, G - g0);
+    for (int64_t i = 0; i < ng * D; ++i) qf[i] = static_cast<float>(q8[g0 * D + i]);
     float* sg = s + g0 * lds;
-    switch (std::min<int64_t>(3, G - g0)) {
-      case 1: i8_scores_avx512_t<1>(qg, K, scales, n, D, sg, lds); break;
-      case 2: i8_scores_avx512_t<2>(qg, K, scales, n, D, sg, lds); break;
-      default: i8_scores_avx512_t<3>(qg, K, scales, n, D, sg, lds); break;
+    switch (ng) {
+      case 1: i8_scores_avx512_t<1>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      case 2: i8_scores_avx512_t<2>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      default: i8_scores_avx512_t<3>(qf, qs + g0, K, ks, n, D, sg, lds); break;
     }
   }
 }

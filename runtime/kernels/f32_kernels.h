@@ -38,10 +38,15 @@ using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
 // dst[r * D + d] = float(src[r * D + d]) * scales[r] for r < rows, d < D (the int8 KV cache's rows).
 using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst);
 // The int8 KV cache read in place by G query heads at once (decode attention, one kv head's
-// group): K and V are n rows of D int8 codes, row j worth codes * scales[j].
-// Scores: s[g * lds + j] = scales[j] * (q[g * D + 0..D) · K[j * D + 0..D)) for g < G, j < n.
-using I8ScoresFn = void (*)(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
-                            float* s, int64_t lds);
+// group): K and V are n rows of D int8 codes, row j worth codes * ks[j].
+// Scores take the queries in int8 too, each head's row quantized as the cache's rows are
+// (quantize_kv_row): q8 [G, D] codes, qs[G] their scales. Then
+//   s[g * lds + j] = float(sum_d q8[g * D + d] * K[j * D + d]) * (qs[g] * ks[j])   for g < G, j < n,
+// the integer sum exact on every path (D <= kMaxI8ScoresDim keeps it below 2^24, so fp32 paths
+// hold it exactly too): every ISA gives the same bits.
+constexpr int64_t kMaxI8ScoresDim = 1024;
+using I8ScoresFn = void (*)(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks, int64_t n,
+                            int64_t D, float* s, int64_t lds);
 // P·V: out[g * ldo + 0..D) += sum_{j<n} p[g * ldp + j] * scales[j] * V[j * D + 0..D) for g < G.
 using I8WeightedRowsFn = void (*)(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
                                   int64_t n, int64_t D, float* out, int64_t ldo);
@@ -85,6 +90,7 @@ constexpr int64_t kShortRowK = 256;
 void add_f32_portable(F32Kernels& t);
 void add_f32_avx2(F32Kernels& t);    // no-op on non-x86 builds
 void add_f32_avx512(F32Kernels& t);  // no-op on non-x86 builds
+void add_f32_avx512vnni(F32Kernels& t);  // no-op on non-x86 builds
 
 // The table for ember::kernel_isa(), built on first use (thread-safe).
 const F32Kernels& f32_kernels();

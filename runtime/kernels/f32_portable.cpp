@@ -91,15 +91,15 @@ void scaled_i8_to_float_portable(const int8_t* src, const float* scales, int64_t
     for (int64_t d = 0; d < D; ++d) dst[r * D + d] = static_cast<float>(src[r * D + d]) * scales[r];
 }
 
-void i8_scores_portable(const float* q, int64_t G, const int8_t* K, const float* scales, int64_t n, int64_t D,
-                        float* s, int64_t lds) {
+void i8_scores_portable(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks, int64_t n,
+                        int64_t D, float* s, int64_t lds) {
   for (int64_t j = 0; j < n; ++j) {
     const int8_t* k = K + j * D;
     for (int64_t g = 0; g < G; ++g) {
-      const float* qg = q + g * D;
-      float acc = 0;
-      for (int64_t d = 0; d < D; ++d) acc += qg[d] * static_cast<float>(k[d]);
-      s[g * lds + j] = acc * scales[j];
+      const int8_t* qg = q8 + g * D;
+      int32_t acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += static_cast<int32_t>(qg[d]) * static_cast<int32_t>(k[d]);
+      s[g * lds + j] = static_cast<float>(acc) * (qs[g] * ks[j]);
     }
   }
 }

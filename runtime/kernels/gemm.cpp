@@ -27,6 +27,7 @@ const F32Kernels& f32_kernels() {
     const KernelIsa isa = kernel_isa();
     if (static_cast<int>(isa) >= static_cast<int>(KernelIsa::kAvx2)) add_f32_avx2(t);
     if (static_cast<int>(isa) >= static_cast<int>(KernelIsa::kAvx512)) add_f32_avx512(t);
+    if (static_cast<int>(isa) >= static_cast<int>(KernelIsa::kAvx512Vnni)) add_f32_avx512vnni(t);
     return t;
   }();
   return table;

@@ -21,6 +21,13 @@ from ember.llm.exportable import ExportableLLM
 from .tiny_models import MAX_CONTEXT_LEN, MAX_SEQ_LEN, assert_traces_match, clone_model, make_tiny_model, step_greedy
 
 STEPS = 32
+# An int8 cache quantizes activations (keys, values, and the queries that score them): where the
+# file's and eager's values, ~1e-7 apart, straddle a rounding boundary, one code differs by one
+# step. In these tiny models one such flip moves the logits by up to ~5e-4 of the largest, and
+# the change fades over the following steps; 1 in 6 of the traces below shows one. Greedy tokens
+# must still match; the kernels themselves are held to 1e-4 on identical inputs
+# (tests/runtime/test_kv_cache_kernels.py).
+RTOL = {"fp16": 1e-4, "int8": 2e-3}
 
 
 def _export(case: str, kv_dtype: str, tmp_path: Path):
@@ -51,7 +58,7 @@ def test_file_matches_eager_with_the_same_cache(case: str, kv_dtype: str, tmp_pa
         wrapper.reset_cache()
         expected = step_greedy(wrapper, prompt, STEPS, MAX_SEQ_LEN)
         actual = step_greedy(file_step, prompt, STEPS, MAX_SEQ_LEN)
-        assert_traces_match(actual, expected, rtol=1e-4)
+        assert_traces_match(actual, expected, rtol=RTOL[kv_dtype])
 
 
 def test_cache_state_size_and_dtype() -> None:

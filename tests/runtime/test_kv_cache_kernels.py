@@ -69,10 +69,13 @@ def _int8_cache(B, Hkv, S, D):
     # up to 64 dims per pass: groups of 1, 4 (3 + 1) and 5 (3 + 2), dims with a remainder, a
     # second pass (72, 80), and (one thread) chunks past their 256-row blocks.
     (36, 4, 4, 300, 0, 0.0), (36, 8, 2, 300, 0, 0.0), (20, 10, 2, 600, 0, 0.0), (64, 2, 1, 700, 0, 0.0),
-    (72, 6, 2, 300, 0, 0.0), (80, 4, 2, 300, 0, 0.0)])
+    (72, 6, 2, 300, 0, 0.0), (80, 4, 2, 300, 0, 0.0),
+    # VNNI scores: 4 heads at a time (7 = 4 + 3), 64 codes per chunk (128; 200 = 3 chunks + 8).
+    (128, 8, 2, 300, 0, 0.0), (200, 14, 2, 300, 0, 0.0)])
 def test_attend_cache_int8(D, Hq, Hkv, S, window, softcap):
     """Decode (T = 1, split over threads in chunks) and prefill (T > 1) over an int8 cache equal the
-    reference, which attends over the dequantized fp32 rows."""
+    reference, which quantizes the queries like the cache's rows and attends over the dequantized
+    fp32 rows."""
     B = 1
     kc, ks = _int8_cache(B, Hkv, S, D)
     vc, vs = _int8_cache(B, Hkv, S, D)
