@@ -28,38 +28,45 @@ EMBER_AVX512VNNI inline __m512i load_codes(const int8_t* p, int64_t bytes) {
   return _mm512_maskz_loadu_epi8(m, p);
 }
 
+// Rows r0 .. r0 + 3 of a 64-code chunk against NG heads: a[g] += their 4 x 16 code groups. kFull:
+// all 4 rows exist and the chunk is whole (no masks).
+template <int NG, bool kFull>
+EMBER_AVX512VNNI inline void four_rows(__m512i (&a)[NG], const __m512i* q, const int8_t* row0, int64_t D,
+                                       int64_t live_rows, int64_t bytes) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i r[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m512i codes = kFull ? _mm512_loadu_si512(row0 + i * D) : load_codes(row0 + i * D, i < live_rows ? bytes : 0);
+    r[i] = _mm512_xor_si512(codes, flip);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+  // u[k], lane L: the 4 rows side by side, each with its code group 4 L + k.
+  const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                        _mm512_unpackhi_epi64(t1, t3)};
+  for (int g = 0; g < NG; ++g)
+    for (int k = 0; k < 4; ++k) a[g] = _mm512_dpbusd_epi32(a[g], u[k], _mm512_load_si512(q + g * kMaxChunks * 4 + k));
+}
+
 // NG (<= 4) heads over rows in groups of 16; q[(g * kMaxChunks + c) * 4 + k]: for 64-code chunk c,
 // lane L (of 4) holds the head's 32-bit code group 4 L + k, repeated 4 times.
 template <int NG>
 EMBER_AVX512VNNI void scores_t(const __m512i* q, const int32_t* corr, const float* qs, const int8_t* K, const float* ks,
                                int64_t n, int64_t D, float* s, int64_t lds) {
   const int64_t chunks = (D + 63) / 64;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t j = 0; j < n; j += 16) {
     const int64_t rows = std::min<int64_t>(16, n - j);
+    const bool full = rows == 16 && D % 64 == 0;
     __m512i acc[NG][4];
-    for (int g = 0; g < NG; ++g)
-      for (int rg = 0; rg < 4; ++rg) acc[g][rg] = _mm512_setzero_si512();
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t bytes = D - 64 * c;
-      for (int rg = 0; rg < 4; ++rg) {
-        __m512i r[4];
-        for (int i = 0; i < 4; ++i) {
-          const int64_t row = 4 * rg + i;
-          r[i] = _mm512_xor_si512(load_codes(K + (j + row) * D + 64 * c, row < rows ? bytes : 0), flip);
-        }
-        const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
-        // u[k], lane L: rows 4 rg .. 4 rg + 3, each with its code group 4 L + k.
-        const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                              _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
-        for (int g = 0; g < NG; ++g) {
-          const __m512i* qc = q + (g * kMaxChunks + c) * 4;
-          __m512i a = acc[g][rg];
-          for (int k = 0; k < 4; ++k) a = _mm512_dpbusd_epi32(a, u[k], _mm512_load_si512(qc + k));
-          acc[g][rg] = a;
-        }
+    for (int rg = 0; rg < 4; ++rg) {
+      __m512i a[NG];
+      for (int g = 0; g < NG; ++g) a[g] = _mm512_setzero_si512();
+      const int8_t* row0 = K + (j + 4 * rg) * D;
+      for (int64_t c = 0; c < chunks; ++c) {
+        if (full) four_rows<NG, true>(a, q + c * 4, row0 + 64 * c, D, 4, 64);
+        else four_rows<NG, false>(a, q + c * 4, row0 + 64 * c, D, rows - 4 * rg, D - 64 * c);
       }
+      for (int g = 0; g < NG; ++g) acc[g][rg] = a[g];
     }
     // acc[g][rg], lane L, slot i: row 4 rg + i over lane L's code groups; sum the 4 lanes.
     const __mmask16 out = static_cast<__mmask16>(rows >= 16 ? 0xFFFF : (1u << rows) - 1);
