@@ -7,8 +7,8 @@
 // horizontal sum per row and head; instead 4 rows are transposed by 32-bit groups within each
 // 128-bit lane (8 unpacks, shared by every head), which puts the 4 rows side by side in each lane,
 // and the query's 4-code groups are laid out to match. 16 rows then end in one 3-step reduction
-// per head. With the rows in L1, 3 heads, D = 64, on a Zen 4: 1.8 ns per row against 5.5 for the
-// fp32 FMA version.
+// per head. evals/bench_attention.py on a Zen 4, SmolLM2's layer at position 1,900 with its rows in L2:
+// 38.9 us per call against 48.0 for the fp32 FMA version (~11 us of it call overhead).
 #include <algorithm>
 #include <cstdint>
 
