@@ -87,7 +87,8 @@ def _worker(args: argparse.Namespace) -> None:
         return (time.perf_counter() - t0) / len(layers) * 1e6
 
     one_pass(False)  # warm-up: first touches, pool start
-    result = {kind: statistics.median(one_pass(kind == "cold") for _ in range(args.passes)) for kind in ("cold", "hot")}
+    result = {kind: statistics.median(one_pass(kind == "cold") for _ in range(args.passes))
+              for kind in ("cold", "hot")}
     info = ember.runtime.cpu_info()
     result["kernels"] = {k: v for k, v in info["kernels"].items() if k.startswith("f32.i8_") or k == "f32.gemv_short_rows"}
     print(json.dumps(result))
@@ -102,8 +103,10 @@ def _supported() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kv-dtype", choices=["int8", "fp16", "fp32"], default="int8", help="the cache's dtype (default int8)")
-    ap.add_argument("--position", type=int, default=1900, help="the query's position: it attends to position+1 keys (default 1900)")
+    ap.add_argument("--kv-dtype", choices=["int8", "fp16", "fp32"], default="int8",
+                    help="the cache's dtype (default int8)")
+    ap.add_argument("--position", type=int, default=1900,
+                    help="the query's position: it attends to position+1 keys (default 1900)")
     ap.add_argument("--context", type=int, default=2048, help="cache slots (default 2048)")
     ap.add_argument("--layers", type=int, default=1, help="layers, each with its own cache (default 1)")
     ap.add_argument("--heads", type=int, default=9, help="query heads (default 9)")
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "kv_dtype": args.kv_dtype, "position": args.position, "layers": args.layers, "threads": args.threads,
         "shape": {"heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim, "context": args.context},
-        "levels": {level: {"cold_us": statistics.median(x["cold"] for x in rs), "hot_us": statistics.median(x["hot"] for x in rs),
+        "levels": {level: {"cold_us": statistics.median(x["cold"] for x in rs),
+                           "hot_us": statistics.median(x["hot"] for x in rs),
                            "cold_runs": [round(x["cold"], 1) for x in rs], "kernels": rs[0]["kernels"]}
                    for level, rs in runs.items()},
     }
