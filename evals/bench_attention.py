@@ -90,7 +90,8 @@ def _worker(args: argparse.Namespace) -> None:
     result = {kind: statistics.median(one_pass(kind == "cold") for _ in range(args.passes))
               for kind in ("cold", "hot")}
     info = ember.runtime.cpu_info()
-    result["kernels"] = {k: v for k, v in info["kernels"].items() if k.startswith("f32.i8_") or k == "f32.gemv_short_rows"}
+    result["kernels"] = {k: v for k, v in info["kernels"].items()
+                         if k.startswith("f32.i8_") or k == "f32.gemv_short_rows"}
     print(json.dumps(result))
 
 
