@@ -87,13 +87,12 @@ Error TextRunner::accept_step(Result<const float*> logits) {
   return Error::ok();
 }
 
-Error TextRunner::drain() {
-  if (ahead_ == nullptr || !ahead_->launched()) return Error::ok();
-  return accept_step(ahead_->wait());
-}
+bool TextRunner::stepping_ahead() const { return ahead_ != nullptr && ahead_->launched(); }
+
+Error TextRunner::drain() { return stepping_ahead() ? accept_step(ahead_->wait()) : Error::ok(); }
 
 Error TextRunner::feed_pending() {
-  if (ahead_ != nullptr && ahead_->launched()) return drain();
+  if (stepping_ahead()) return drain();
   return accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
 }
 
@@ -179,7 +178,7 @@ Result<int64_t> TextRunner::next() {
   }
   const LlmInfo& info = decoder_->info();
   if (pending_ != kDone) {
-    const bool ahead = ahead_ != nullptr && ahead_->launched();
+    const bool ahead = stepping_ahead();
     if (!ahead && stats_.generated_tokens >= config_.max_new_tokens) {
       finish(StopReason::kMaxTokens);
       return kDone;

@@ -118,7 +118,9 @@ class TextRunner {
   // The result of pending_'s forward step: on success the token joins cached_ and the logits
   // become logits_; on failure cached_ is cleared (the cache content is unknown).
   Error accept_step(Result<const float*> logits);
-  // Collects a step started ahead (AsyncStep), if any (accept_step).
+  // Whether a step started ahead (AsyncStep) is waiting to be collected.
+  bool stepping_ahead() const;
+  // Collects a step started ahead, if any (accept_step).
   Error drain();
   // The forward step of pending_ at the next position: collected from the helper when it was
   // started ahead, else run here.
