@@ -1,5 +1,5 @@
 // Fixed worker pool: workers spin briefly on a generation counter (decode launches many small
-// parallel loops back to back), then sleep on a condition variable.
+// parallel loops back to back), then yield the core for a while, then sleep on a condition variable.
 #include "ember/runtime/thread_pool.h"
 
 #include <pthread.h>
@@ -68,6 +68,15 @@ inline uint64_t now_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
+
+// How a worker waits for the next loop: PAUSE for kPauseSpins (~50 us on a Zen 4: the gaps
+// between the loops of a step), then sched_yield for kYieldSpins (~4 ms: the gap between steps),
+// then sleep. Yielding instead of pausing through the gap between steps gives the core to the
+// threads that need it then (batched sessions sampling and queueing their next step, Python, the
+// HTTP stream): 4 sessions generating in 4 threads on a 2-core Zen 4, +2.5 to +5.7% tok/s in 3
+// alternating rounds; one session alone: unchanged within the noise.
+constexpr int kPauseSpins = 2000;
+constexpr int kYieldSpins = 8000;
 
 class Pool {
  public:
@@ -155,8 +164,11 @@ class Pool {
     for (;;) {
       int spins = 0;
       while (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
-        if (++spins < 200000) {
+        ++spins;
+        if (spins < kPauseSpins) {
           EMBER_PAUSE();
+        } else if (spins < kPauseSpins + kYieldSpins) {
+          sched_yield();
         } else {
           std::unique_lock<std::mutex> lk(mu_);
           cv_.wait(lk, [&] { return generation_.load() != seen || stop_.load(); });
