@@ -87,6 +87,9 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
 
 namespace {
 
+// Stacked rows copied in or out on all threads from this many bytes (smaller: on the calling thread).
+constexpr size_t kParallelCopyBytes = 128 * 1024;
+
 // The rows of a [..., K] tensor (all dims but the last).
 int64_t rows_of(const Tensor& t) { return t.prod(0, t.dim - 1); }
 
@@ -153,14 +156,16 @@ void Method::stack_call(size_t k, Method* const* methods, size_t n, int64_t rows
   // fails cleanly if it needs more.
   EValue out = scratch_matrix(scratch.out, o0.dtype, rows, o0.size(-1));
   // Each method's rows at their offset in the stacked input (and, below, back out of the stacked
-  // output), one method per task: copied on the calling thread alone, the ~1 MB per step (most of
-  // it the lm_head's logits) kept the other threads waiting (B = 4 on a 2-core Zen 4: ~3% of a step).
+  // output). Large copies (the lm_head's logits: ~0.8 MB at B = 4) go one method per task: on the
+  // calling thread alone they kept the other threads waiting (B = 4 on a 2-core Zen 4: ~3% of a
+  // step); small ones stay on it, where a parallel loop would cost more than the copy.
   thread_local std::vector<size_t> tl_offsets;  // bound by reference: the tasks run on other threads
   std::vector<size_t>& offsets = tl_offsets;
   offsets.assign(n + 1, 0);
   for (size_t j = 0; j < n; ++j) offsets[j + 1] = offsets[j] + methods[j]->instrs_[k].args[0]->tensor.nbytes();
+  const auto copy_grain = [n](size_t bytes) { return bytes >= kParallelCopyBytes ? 1 : static_cast<int64_t>(n); };
   uint8_t* const dst = static_cast<uint8_t*>(in.tensor.data);
-  parallel_for(static_cast<int64_t>(n), 1, [&](int64_t j0, int64_t j1) {
+  parallel_for(static_cast<int64_t>(n), copy_grain(offsets[n]), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const Tensor& x = methods[j]->instrs_[k].args[0]->tensor;
       if (x.nbytes() > 0) std::memcpy(dst + offsets[j], x.data, x.nbytes());
@@ -185,7 +190,7 @@ void Method::stack_call(size_t k, Method* const* methods, size_t n, int64_t rows
     offsets[j] = row * row_bytes;
     row += static_cast<size_t>(rows_of(methods[j]->instrs_[k].args[0]->tensor));
   }
-  parallel_for(static_cast<int64_t>(n), 1, [&](int64_t j0, int64_t j1) {
+  parallel_for(static_cast<int64_t>(n), copy_grain(row * row_bytes), [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const Tensor& x = methods[j]->instrs_[k].args[0]->tensor;
       Tensor& o = methods[j]->instrs_[k].args[1]->tensor;
