@@ -1,10 +1,13 @@
 """Load benchmark of `ember serve`: N concurrent streaming clients over loopback.
 
-    python evals/bench_serve.py smol.ember [--sessions 4] [--clients 4] [--requests 32]
-                                [--max-tokens 64] [--threads 2] [--json]
+    python evals/bench_serve.py smol.ember [--sessions 4] [--clients 4 | 1,4] [--rounds 1]
+                                [--requests 32] [--max-tokens 64] [--threads 2] [--json]
 
 Starts `ember serve FILE` on a free 127.0.0.1 port, then `--clients` threads each send chat
 requests (streamed, greedy, different questions) until `--requests` have been sent in total.
+With several client counts (`--clients 1,4 --rounds 3`), one server runs them in turn round by
+round (interleaved, so that the machine's slow spells hit them alike) and the summary gives each
+count's tok/s as a ratio to the first count's, per round and the median.
 Reports requests/s, aggregate decode tok/s (generated tokens / wall time of the run), p50 and p99
 time to first token (request sent -> first text chunk), errors (goal: zero), and the CPU time the
 server and the clients spent over the run (on a small machine the clients share its cores with the
@@ -80,120 +83,181 @@ def _cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def run(args: argparse.Namespace) -> dict:
+def _start_server(args: argparse.Namespace, max_clients: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     cmd = [sys.executable, "-m", "ember", "serve", args.file, "--port", str(port), "--sessions", str(args.sessions),
-           "--max-queue", str(max(args.clients, 1)), "--model-name", "bench", "--log-level", "warning"]
+           "--max-queue", str(max(max_clients, 1)), "--model-name", "bench", "--log-level", "warning"]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     server = subprocess.Popen(cmd, cwd=str(ROOT), env={**os.environ, "PYTHONUNBUFFERED": "1"})
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"ember serve did not start (exit code {server.poll()})")
-            time.sleep(0.2)
-
-        _warm_up(url, args.sessions)
-        lock = threading.Lock()
-        counter = iter(range(args.requests))
-        ttfts: list[float] = []
-        tokens: list[int] = []
-        errors: list[str] = []
-
-        def client() -> None:
-            with httpx.Client(timeout=600) as http:
-                while True:
-                    with lock:
-                        i = next(counter, None)
-                    if i is None:
-                        return
-                    body = {"model": "bench", "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                            "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
-                            "stream_options": {"include_usage": True}}
-                    t0 = time.perf_counter()
-                    first = None
-                    try:
-                        with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                            if r.status_code != 200:
-                                raise RuntimeError(f"status {r.status_code}: {r.read()[:200]!r}")
-                            for line in r.iter_lines():
-                                if not line.startswith("data: {"):
-                                    continue
-                                chunk = json.loads(line[6:])
-                                if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                                    first = time.perf_counter() - t0
-                                if chunk.get("usage"):
-                                    with lock:
-                                        tokens.append(chunk["usage"]["completion_tokens"])
-                        with lock:
-                            ttfts.append(first if first is not None else time.perf_counter() - t0)
-                    except Exception as error:  # counted and reported: the goal is zero
-                        with lock:
-                            errors.append(str(error))
-
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
-        server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
-        before = _server_counters(url)
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - start
-        server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
-        client_cpu = time.process_time() - client_cpu
-        after = _server_counters(url)
-        steps = after["decode_tokens_total"] - before["decode_tokens_total"]
-        return {
-            "file": args.file, "sessions": args.sessions, "clients": args.clients, "requests": args.requests,
-            "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
-            "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": sum(tokens) / wall,
-            "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
-            "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
-            # Per session decode step (a batched step counts once for each of its sessions).
-            "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
-            "decode_step_ms": 1e3 * (after["decode_seconds_total"] - before["decode_seconds_total"]) / steps
-            if steps else 0.0,
-            "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
-            "errors": len(errors), "first_errors": errors[:3],
-        }
-    finally:
-        server.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 300
+    while True:
         try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            _stop_server(server)
+            raise SystemExit(f"ember serve did not start (exit code {server.poll()})")
+        time.sleep(0.2)
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Namespace) -> dict:
+    """`clients` threads send `args.requests` streamed chat requests in all; the run's figures."""
+    lock = threading.Lock()
+    counter = iter(range(args.requests))
+    ttfts: list[float] = []
+    tokens: list[int] = []
+    errors: list[str] = []
+
+    def client() -> None:
+        with httpx.Client(timeout=600) as http:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                body = {"model": "bench", "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+                        "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                t0 = time.perf_counter()
+                first = None
+                try:
+                    with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                        if r.status_code != 200:
+                            raise RuntimeError(f"status {r.status_code}: {r.read()[:200]!r}")
+                        for line in r.iter_lines():
+                            if not line.startswith("data: {"):
+                                continue
+                            chunk = json.loads(line[6:])
+                            if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                                first = time.perf_counter() - t0
+                            if chunk.get("usage"):
+                                with lock:
+                                    tokens.append(chunk["usage"]["completion_tokens"])
+                    with lock:
+                        ttfts.append(first if first is not None else time.perf_counter() - t0)
+                except Exception as error:  # counted and reported: the goal is zero
+                    with lock:
+                        errors.append(str(error))
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
+    before = _server_counters(url)
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
+    client_cpu = time.process_time() - client_cpu
+    after = _server_counters(url)
+    steps = after["decode_tokens_total"] - before["decode_tokens_total"]
+    return {
+        "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
+        "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
+        "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": sum(tokens) / wall,
+        "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+        "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
+        # Per session decode step (a batched step counts once for each of its sessions).
+        "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
+        "decode_step_ms": 1e3 * (after["decode_seconds_total"] - before["decode_seconds_total"]) / steps
+        if steps else 0.0,
+        "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
+        "errors": len(errors), "first_errors": errors[:3],
+    }
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """One server; `args.rounds` rounds, each a run per client count of `args.clients`, in order (the
+    counts interleaved, so that a slow spell of the machine hits them alike). Returns the runs."""
+    server, url = _start_server(args, max(args.clients))
+    try:
+        _warm_up(url, args.sessions)
+        runs = []
+        for r in range(args.rounds):
+            for clients in args.clients:
+                runs.append({"round": r + 1, **_drive(url, server, clients, args)})
+        return runs
+    finally:
+        _stop_server(server)
+
+
+def summarize(runs: list[dict], clients: list[int]) -> dict:
+    """Per client count: median decode tok/s, and its ratio to the first count's, round by round."""
+    base = clients[0]
+    by_round: dict[int, dict[int, float]] = {}
+    for r in runs:
+        by_round.setdefault(r["round"], {})[r["clients"]] = r["decode_tokens_per_s"]
+    out = {}
+    for c in clients:
+        ratios = [v[c] / v[base] for v in by_round.values() if v.get(base)]
+        out[str(c)] = {"median_tokens_per_s": statistics.median(v[c] for v in by_round.values()),
+                       "ratio_per_round": ratios, "median_ratio": statistics.median(ratios) if ratios else None}
+    return out
+
+
+def _client_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--clients takes client counts separated by commas (e.g. 1,4), got {text!r}")
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--clients counts must be >= 1, got {text!r}")
+    return counts
+
+
+def _line(result: dict) -> str:
+    return (f"{result['clients']} clients, {result['sessions']} sessions, {len(QUESTIONS)} questions, "
+            f"{result['requests']} requests of <= {result['max_tokens']} tokens in {result['wall_s']:.1f} s: "
+            f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
+            f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
+            f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
+            f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
+            f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_s']:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("file", help="a .ember LLM file")
     p.add_argument("--sessions", type=int, default=4)
-    p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--clients", type=_client_counts, default=[4],
+                   help="concurrent clients; several counts separated by commas (e.g. 1,4) run in turn, round "
+                        "by round, and each is reported as a ratio to the first (default 4)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds over the client counts (default 1)")
+    p.add_argument("--requests", type=int, default=32, help="requests per run (default 32)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
-    result = run(args)
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    runs = run(args)
+    single = len(runs) == 1
+    summary = None if single else summarize(runs, args.clients)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(runs[0] if single else {"runs": runs, "summary": summary}, indent=2))
     else:
-        print(f"{result['clients']} clients, {result['sessions']} sessions, {len(QUESTIONS)} questions, "
-              f"{result['requests']} requests of <= {result['max_tokens']} tokens in {result['wall_s']:.1f} s: "
-              f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
-              f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
-              f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
-              f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
-              f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_s']:.1f} s")
-    return 1 if result["errors"] else 0
+        for result in runs:
+            print(("" if single else f"round {result['round']}: ") + _line(result))
+        if summary is not None and len(args.clients) > 1:
+            base = args.clients[0]
+            for c in args.clients[1:]:
+                s = summary[str(c)]
+                print(f"{c} vs {base} clients: " + ", ".join(f"{x:.2f}x" for x in s["ratio_per_round"]) +
+                      f" per round, median {s['median_ratio']:.2f}x")
+    return 1 if any(r["errors"] for r in runs) else 0
 
 
 if __name__ == "__main__":

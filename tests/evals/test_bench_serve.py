@@ -26,3 +26,25 @@ def test_bench_serve_reports_a_clean_run() -> None:
     assert 0 < result["decode_tokens_per_s"] * result["wall_s"] <= requests * max_tokens + 1e-6
     assert 0 < result["ttft_p50_ms"] <= result["ttft_p99_ms"]
     assert result["server_cpu_s"] > 0 and result["client_cpu_s"] >= 0
+
+
+def test_bench_serve_interleaves_client_counts_in_rounds() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--sessions",
+                           "2", "--clients", "1,2", "--rounds", "2", "--requests", "4", "--max-tokens", "4",
+                           "--threads", "1", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    # one server, the counts in turn round by round
+    assert [(r["round"], r["clients"]) for r in result["runs"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert all(r["errors"] == 0 and r["decode_tokens_per_s"] > 0 for r in result["runs"])
+    by = {(r["round"], r["clients"]): r["decode_tokens_per_s"] for r in result["runs"]}
+    two = result["summary"]["2"]
+    assert two["ratio_per_round"] == [by[(1, 2)] / by[(1, 1)], by[(2, 2)] / by[(2, 1)]]
+    assert two["median_ratio"] == sum(two["ratio_per_round"]) / 2
+    assert result["summary"]["1"]["ratio_per_round"] == [1.0, 1.0]
+
+
+def test_bench_serve_refuses_bad_client_counts() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--clients",
+                           "1,x"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "client counts separated by commas" in proc.stderr
