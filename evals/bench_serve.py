@@ -213,8 +213,8 @@ def _client_counts(text: str) -> list[int]:
         counts = [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--clients takes client counts separated by commas (e.g. 1,4), got {text!r}")
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"--clients counts must be >= 1, got {text!r}")
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"--clients counts must be >= 1 and different, got {text!r}")
     return counts
 
 
