@@ -4,9 +4,7 @@
 #include <vector>
 
 #include "act_quant.h"
-#include "f32_kernels.h"
-#include "gemm.h"
-#include "kernel_utils.h"
+#include "attention.h"
 
 namespace ember {
 namespace {
@@ -109,48 +107,6 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
   else body(0, rows);
   return Error::ok();
 }
-
-// Scores s[0..n) -> exp(s' - max s') with s' = s * sc, soft-capped to cap * tanh(s' / cap) when
-// cap > 0 (Gemma 2). Returns the sum; *mx gets the max.
-float capped_softmax(float* s, int64_t n, float sc, float cap, float* mx) {
-  if (cap <= 0) return scaled_softmax_f32(s, n, sc, mx);
-  for (int64_t j = 0; j < n; ++j) s[j] = cap * std::tanh(s[j] * sc / cap);
-  return scaled_softmax_f32(s, n, 1.0f, mx);
-}
-
-// One cache of attend_cache / attend_cache_int8 as fp32 rows: the [B * Hkv * S, D] rows of an fp32
-// cache are read in place; fp16 / bf16 rows, or int8 codes times their row's fp32 scale, are
-// turned into fp32 rows in a caller's buffer, a block at a time (the block stays in L1 for the
-// math that follows, so the cache itself is read once, at its own width).
-struct CacheRows {
-  const Tensor* t = nullptr;
-  const float* scales = nullptr;  // int8 caches: one scale per row
-  int64_t D = 0;
-
-  bool in_place() const { return t->dtype == DType::kFloat32; }
-
-  // Rows [r0, r0 + n) as fp32: a pointer into the cache, or buf[n * D] filled.
-  const float* rows(int64_t r0, int64_t n, float* buf) const {
-    if (in_place()) return t->ptr<float>() + r0 * D;
-    if (t->dtype == DType::kInt8) {
-      f32_kernels().scaled_i8_to_float.fn(t->ptr<int8_t>() + r0 * D, scales + r0, n, D, buf);
-      return buf;
-    }
-    convert_elements(t->dtype, static_cast<const uint8_t*>(t->data) + static_cast<size_t>(r0 * D) * t->element_size(),
-                     DType::kFloat32, buf, n * D);
-    return buf;
-  }
-};
-
-// The attention of attend_cache over any cache: q [B, Hq, T, D], caches of [B, Hkv, S] rows
-// (S from the caller), out [B, T, Hq, D], already resized.
-struct AttendArgs {
-  const Tensor* q;
-  CacheRows k, v;
-  int64_t Hkv, S, pos, window;
-  float sc, cap;
-  Tensor* out;
-};
 
 // The cache lines of one decode task's K and V rows, asked for into L2 (prefetcht2): a task
 // spreads the next task's lines over its own blocks of rows (issue), so that fetching overlaps its
@@ -325,78 +281,6 @@ void attend_decode(const AttendArgs& a) {
   }
 }
 
-// Any T: tasks are (b, h, block of query rows); each reads the keys its block can see.
-void attend_rows(const AttendArgs& a) {
-  const Tensor& q = *a.q;
-  Tensor& out = *a.out;
-  const int64_t B = q.sizes[0], Hq = q.sizes[1], T = q.sizes[2], D = q.sizes[3];
-  const int64_t Hkv = a.Hkv, S = a.S, group = Hq / Hkv, pos = a.pos, window = a.window;
-  const float sc = a.sc, cap = a.cap;
-  const bool q_f32 = q.dtype == DType::kFloat32;
-  const bool out_f32 = out.dtype == DType::kFloat32;
-  const bool int8_cache = a.k.t->dtype == DType::kInt8;
-  const int64_t tb = T >= 64 ? 16 : (T >= 8 ? 4 : 1);
-  const int64_t tblocks = (T + tb - 1) / tb;
-  const int64_t tasks = B * Hq * tblocks;
-  auto body = [&](int64_t task_b, int64_t task_e) {
-    std::vector<float> scores;
-    std::vector<float> kbuf, vbuf, qbuf(static_cast<size_t>(D)), obuf(static_cast<size_t>(D));
-    std::vector<int8_t> q8(static_cast<size_t>(int8_cache ? D : 0));
-    for (int64_t task = task_b; task < task_e; ++task) {
-      const int64_t blk = task % tblocks, h = (task / tblocks) % Hq, b = task / (tblocks * Hq);
-      const int64_t hk = h / group;
-      const int64_t i0 = blk * tb, i1 = std::min(T, i0 + tb);
-      // Keys any query of this block can see: [lo_all, hi_all).
-      const int64_t hi_all = pos + i1;
-      const int64_t lo_all = window > 0 ? std::max<int64_t>(0, pos + i0 - window + 1) : 0;
-      const int64_t nk = hi_all - lo_all;
-      const int64_t row0 = (b * Hkv + hk) * S + lo_all;
-      if (!a.k.in_place()) kbuf.resize(static_cast<size_t>(nk * D));
-      if (!a.v.in_place()) vbuf.resize(static_cast<size_t>(nk * D));
-      const float* kbase = a.k.rows(row0, nk, kbuf.data());
-      const float* vbase = a.v.rows(row0, nk, vbuf.data());
-      scores.resize(static_cast<size_t>(std::max<int64_t>(nk, 1)));
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t p = pos + i;
-        const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-        const int64_t hi = p + 1;  // keys [lo, hi)
-        const int64_t qoff = ((b * Hq + h) * T + i) * D;
-        const float* qr;
-        if (q_f32) {
-          qr = q.ptr<float>() + qoff;
-        } else {
-          convert_elements(q.dtype, static_cast<const uint8_t*>(q.data) + static_cast<size_t>(qoff) * q.element_size(),
-                           DType::kFloat32, qbuf.data(), D);
-          qr = qbuf.data();
-        }
-        if (int8_cache) {  // the query as its int8 codes times their scale (attend_cache_int8)
-          float qscale = 0;
-          quantize_kv_row(qr, D, q8.data(), &qscale);
-          for (int64_t d = 0; d < D; ++d) qbuf[d] = static_cast<float>(q8[d]) * qscale;
-          qr = qbuf.data();
-        }
-        const int64_t n = hi - lo;
-        float* s = scores.data();
-        gemv_rows_f32(qr, kbase + (lo - lo_all) * D, D, D, 0, n, s);
-        float mx = 0;
-        const float sum = capped_softmax(s, n, sc, cap, &mx);
-        // out[b, i, h, :]
-        const int64_t ooff = ((b * T + i) * Hq + h) * D;
-        float* o = out_f32 ? out.ptr<float>() + ooff : obuf.data();
-        std::fill(o, o + D, 0.0f);
-        weighted_rows_sum_f32(s, vbase + (lo - lo_all) * D, D, n, D, o);
-        const float inv = 1.0f / sum;
-        for (int64_t e = 0; e < D; ++e) o[e] *= inv;
-        if (!out_f32) store_chunk<float>(out.dtype, out.data, ooff, D, o);
-      }
-    }
-  };
-  // Work ~ attended keys x D per row; parallel when there is enough of it.
-  const int64_t work = B * Hq * T * (pos + T) * D;
-  if (tasks > 1 && work >= 32768) parallel_for(tasks, 1, body);
-  else body(0, tasks);
-}
-
 // Checks shared by attend_cache and attend_cache_int8; resizes out to [B, T, Hq, D] and fills
 // the shape fields of *args.
 Error check_attend(const char* op, const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& pos_t,
@@ -434,7 +318,7 @@ Error check_attend(const char* op, const Tensor& q, const Tensor& kc, const Tens
 
 void attend(const AttendArgs& a) {
   if (a.q->sizes[2] == 1 && a.q->dtype == DType::kFloat32 && a.out->dtype == DType::kFloat32) attend_decode(a);
-  else attend_rows(a);
+  else attend_prefill(a);
 }
 
 // ember::attend_cache(q [B,Hq,T,D], k_cache [B,Hkv,S,D], v_cache, input_pos int64[1], scale,

@@ -313,6 +313,12 @@ inline void store_chunk(DType dt, void* base, int64_t off, int64_t n, const C* s
   });
 }
 
+// Makes v hold at least n elements; never shrinks it (a reused buffer is not zero-filled again).
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+}
+
 // Converts n contiguous elements between any two dtypes (overlap-safe only when equal dtype).
 void convert_elements(DType src_dt, const void* src, DType dst_dt, void* dst, int64_t n);
 

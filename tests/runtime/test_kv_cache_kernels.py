@@ -119,3 +119,40 @@ def test_attend_cache_fp16_cache(T, pos):
     expected = module(*inputs)
     got = prog.run("forward", *(x.numpy() for x in inputs))[0]
     torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cache", ["fp32", "fp16", "int8"])
+@pytest.mark.parametrize("B,D,Hq,Hkv,window,softcap", [
+    # Prefill runs as two GEMMs per (batch row, kv head, block of query rows): 3 heads x 32 rows
+    # fill 3 panels of 32, 1 head and 7 heads leave remainders; D 40 and 20 end V's 32-column panels
+    # short; windows and soft-capping mask and bend each row on its own; B = 2 picks rows by batch.
+    (1, 64, 9, 3, 0, 0.0), (1, 40, 7, 7, 0, 0.0), (2, 20, 8, 1, 0, 0.0), (1, 64, 9, 3, 70, 0.0),
+    (1, 64, 4, 2, 0, 30.0)])
+def test_attend_cache_prefill_blocks(cache, B, D, Hq, Hkv, window, softcap):
+    """Prefill (T > 1) over fp32, fp16 and int8 caches equals the reference: query blocks from one
+    row to the budget's, key ranges past one 64-row block and one 256-row V panel, one thread and
+    all of them."""
+    S = 600
+    if cache == "int8":
+        kc, ks = _int8_cache(B, Hkv, S, D)
+        vc, vs = _int8_cache(B, Hkv, S, D)
+        module, caches = AttendInt8(D, window, softcap), (kc, ks, vc, vs)
+    else:
+        dtype = torch.float16 if cache == "fp16" else torch.float32
+        kc, vc = torch.randn(B, Hkv, S, D).to(dtype), torch.randn(B, Hkv, S, D).to(dtype)
+        module, caches = AttendFloat(D, window, softcap), (kc, vc)
+    T = torch.export.Dim("T", min=1, max=128)
+    example = (torch.randn(B, Hq, 4, D), *caches, torch.tensor([3]))
+    prog = to_ember(export(module, example, ({2: T},) + (None,) * (len(caches) + 1)))
+    threads = ember.runtime.get_num_threads()
+    try:
+        for t, p, n_threads in [(2, 0, threads), (12, 41, threads), (128, 0, threads), (128, 0, 1), (100, 333, threads),
+                                (128, S - 128, threads), (33, 300, 1)]:
+            ember.runtime.set_num_threads(n_threads)
+            inputs = (torch.randn(B, Hq, t, D), *caches, torch.tensor([p]))
+            expected = module(*inputs)
+            got = prog.run("forward", *(x.numpy() for x in inputs))[0]
+            torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m: f"T={t} pos={p} threads={n_threads}: {m}")
+    finally:
+        ember.runtime.set_num_threads(threads)

@@ -100,11 +100,7 @@ struct Activations {
   std::vector<float> gscale;  // [M, G] (per group)
 };
 
-// Makes v hold at least n elements; never shrinks it (a reused buffer is not zero-filled again).
-template <typename T>
-void grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-}
+using kern::grow;
 
 // The activation rows in the int kernels' form, per token or per group (qkernels.h quantizers).
 void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_token, Activations* a) {
