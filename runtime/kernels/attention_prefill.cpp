@@ -3,14 +3,16 @@
 //
 // A task is (batch row b, kv head hk, block of nb query rows): the block's queries of every head
 // of the group, G = group x nb rows, are packed once, transposed, into 32-wide panels. The keys
-// they can see are then read in place (an fp32 cache) or dequantized a block at a time (int8,
-// fp16, bf16) and run through the micro-kernel as its A rows against those panels: each cache row
+// they can see are then read in place (an fp32 cache) or dequantized a block at a time (fp16,
+// bf16, int8) and run through the micro-kernel as its A rows against those panels: each cache row
 // is read once per task, and the scores come out register-blocked, where one dot product per
-// (query, key) ended in a horizontal sum. Each query row's softmax then runs over its own keys
-// (causal, sliding window), zero elsewhere, and the outputs are S V: the softmax rows as the
-// micro-kernel's A rows against V packed 32 columns wide, 256 keys deep.
-// nb keeps a task's scores within L2 (fewer rows late in a long context) and gives every thread
-// work when T is small.
+// (query, key) ended in a horizontal sum. Over an int8 cache, where the table says it is faster
+// (F32Kernels::i8_scores_for_prefill), the scores are decode's instead: integer dot products of
+// the query rows' codes with the cached codes (f32.i8_scores). Each query row's softmax then runs
+// over its own keys (causal, sliding window), zero elsewhere, and the outputs are S V: the softmax
+// rows as the micro-kernel's A rows against V packed 32 columns wide, 256 keys deep.
+// nb keeps a task's scores within L2 (fewer rows late in a long context), gives every thread work
+// when T is small, and fills the 32-wide panels.
 #include <algorithm>
 #include <vector>
 
@@ -49,7 +51,10 @@ int64_t block_rows(int64_t T, int64_t pos, int64_t group, int64_t heads, int64_t
 }
 
 // Query rows of one task, fp32 [G, D], row r = g * nb + t: head hk * group + g, query i0 + t.
-void gather_queries(const AttendArgs& a, int64_t b, int64_t hk, int64_t i0, int64_t nb, float* A, int8_t* q8) {
+// An int8 cache's rows are quantized (quantize_kv_row) into q8 [G, D] and qs [G], and A holds
+// their dequantized values.
+void gather_queries(const AttendArgs& a, int64_t b, int64_t hk, int64_t i0, int64_t nb, float* A, int8_t* q8,
+                    float* qs) {
   const Tensor& q = *a.q;
   const int64_t Hq = q.sizes[1], T = q.sizes[2], D = q.sizes[3], group = Hq / a.Hkv;
   const bool int8_cache = a.k.t->dtype == DType::kInt8;
@@ -64,9 +69,9 @@ void gather_queries(const AttendArgs& a, int64_t b, int64_t hk, int64_t i0, int6
                          DType::kFloat32, row, D);
       }
       if (int8_cache) {  // the query as its int8 codes times their scale (attend_cache_int8)
-        float scale = 0;
-        quantize_kv_row(row, D, q8, &scale);
-        for (int64_t d = 0; d < D; ++d) row[d] = static_cast<float>(q8[d]) * scale;
+        const int64_t r = g * nb + t;
+        quantize_kv_row(row, D, q8 + r * D, qs + r);
+        for (int64_t d = 0; d < D; ++d) row[d] = static_cast<float>(q8[r * D + d]) * qs[r];
       }
     }
   }
@@ -87,7 +92,7 @@ void pack_rows_transposed(const float* A, int64_t n, int64_t D, float* Bp) {
 }
 
 struct Buffers {
-  std::vector<float> A, qpanels, scores, kbuf, vbuf, vpanel, out, inv;
+  std::vector<float> A, qpanels, scores, kbuf, vbuf, vpanel, out, inv, qs;
   std::vector<int8_t> q8;
 };
 
@@ -104,6 +109,8 @@ void attend_prefill(const AttendArgs& a) {
   const int64_t tblocks = (T + nb - 1) / nb;
   const int64_t tasks = B * Hkv * tblocks;
   const bool out_f32 = out.dtype == DType::kFloat32;
+  const bool int8_cache = a.k.t->dtype == DType::kInt8;
+  const bool int_scores = int8_cache && f32.i8_scores_for_prefill;
 
   auto body = [&](int64_t task_b, int64_t task_e) {
     thread_local Buffers buf;
@@ -115,7 +122,8 @@ void attend_prefill(const AttendArgs& a) {
     grow(buf.vpanel, kKeysDeep * kNR);
     grow(buf.out, gmax * D);
     grow(buf.inv, gmax);
-    grow(buf.q8, D);
+    grow(buf.q8, gmax * D);
+    grow(buf.qs, gmax);
     float tile[kMaxUkernelRows * kNR];
     for (int64_t task = task_b; task < task_e; ++task) {
       const int64_t blk = task % tblocks, hk = (task / tblocks) % Hkv, b = task / (tblocks * Hkv);
@@ -126,21 +134,32 @@ void attend_prefill(const AttendArgs& a) {
       grow(buf.scores, G * nk);
       float* const A = buf.A.data();
       float* const sc = buf.scores.data();
-      gather_queries(a, b, hk, i0, rows, A, buf.q8.data());
-      pack_rows_transposed(A, G, D, buf.qpanels.data());
-      // Scores: key rows as A (mr at a time) against the query panels; the tile [keys, queries]
-      // lands transposed in sc [G, nk].
-      for (int64_t j0 = 0; j0 < nk; j0 += kKeyBlock) {
-        const int64_t kb = std::min(kKeyBlock, nk - j0);
-        const float* K = a.k.rows(row0 + j0, kb, buf.kbuf.data());
-        for (int64_t j = 0; j < kb; j += mr_max) {
-          const int mr = static_cast<int>(std::min<int64_t>(mr_max, kb - j));
-          for (int64_t p = 0; p * kNR < G; ++p) {
-            const int nr = static_cast<int>(std::min<int64_t>(kNR, G - p * kNR));
-            f32.ukernel.fn(mr, D, K + j * D, D, buf.qpanels.data() + p * D * kNR, tile, kNR, nr, true, nullptr, nullptr);
-            for (int c = 0; c < nr; ++c) {
-              float* srow = sc + (p * kNR + c) * nk + j0 + j;
-              for (int i = 0; i < mr; ++i) srow[i] = tile[i * kNR + c];
+      gather_queries(a, b, hk, i0, rows, A, buf.q8.data(), buf.qs.data());
+      if (int_scores) {
+        // The int8 cache's scores as decode computes them: integer dot products of the query
+        // rows' codes and the cached codes, times the two scales (f32.i8_scores, 4 rows at a time).
+        for (int64_t j0 = 0; j0 < nk; j0 += kKeyBlock) {
+          const int64_t kb = std::min(kKeyBlock, nk - j0);
+          f32.i8_scores.fn(buf.q8.data(), buf.qs.data(), G, a.k.t->ptr<int8_t>() + (row0 + j0) * D,
+                           a.k.scales + row0 + j0, kb, D, sc + j0, nk);
+        }
+      } else {
+        // Scores: key rows as A (mr at a time) against the query panels; the tile [keys,
+        // queries] lands transposed in sc [G, nk].
+        pack_rows_transposed(A, G, D, buf.qpanels.data());
+        for (int64_t j0 = 0; j0 < nk; j0 += kKeyBlock) {
+          const int64_t kb = std::min(kKeyBlock, nk - j0);
+          const float* K = a.k.rows(row0 + j0, kb, buf.kbuf.data());
+          for (int64_t j = 0; j < kb; j += mr_max) {
+            const int mr = static_cast<int>(std::min<int64_t>(mr_max, kb - j));
+            for (int64_t p = 0; p * kNR < G; ++p) {
+              const int nr = static_cast<int>(std::min<int64_t>(kNR, G - p * kNR));
+              f32.ukernel.fn(mr, D, K + j * D, D, buf.qpanels.data() + p * D * kNR, tile, kNR, nr, true, nullptr,
+                             nullptr);
+              for (int c = 0; c < nr; ++c) {
+                float* srow = sc + (p * kNR + c) * nk + j0 + j;
+                for (int i = 0; i < mr; ++i) srow[i] = tile[i * kNR + c];
+              }
             }
           }
         }

@@ -124,6 +124,7 @@ EMBER_AVX512VNNI void i8_scores_vnni(const int8_t* q8, const float* qs, int64_t 
 void add_f32_avx512vnni(F32Kernels& t) {
 #if EMBER_X86
   t.i8_scores.set(i8_scores_vnni, KernelIsa::kAvx512Vnni);
+  t.i8_scores_for_prefill = true;
 #else
   (void)t;
 #endif
