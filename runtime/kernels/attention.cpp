@@ -1,5 +1,7 @@
-// Attention: aten::scaled_dot_product_attention and ember::attend_cache (causal attention of
-// T new queries over a static KV cache). fp32 math; rows run in parallel over the pool.
+// Attention: aten::scaled_dot_product_attention and ember::attend_cache / attend_cache_int8
+// (causal attention of T new queries over a static KV cache): the ops, their checks, and decode
+// (one fp32 query per head); several new tokens run in attention_prefill.cpp. fp32 math (an int8
+// cache's scores in integers); work runs in parallel over the pool.
 #include <algorithm>
 #include <vector>
 
