@@ -50,9 +50,9 @@ int64_t block_rows(int64_t T, int64_t pos, int64_t group, int64_t heads, int64_t
   return best;
 }
 
-// Query rows of one task, fp32 [G, D], row r = g * nb + t: head hk * group + g, query i0 + t.
-// An int8 cache's rows are quantized (quantize_kv_row) into q8 [G, D] and qs [G], and A holds
-// their dequantized values.
+// The query rows of one task (nb: the block's row count), fp32 [G = group x nb, D]: row r =
+// g * nb + t is head hk * group + g at query i0 + t. Over an int8 cache each row is quantized
+// (quantize_kv_row) into q8 [G, D] and qs [G], and A holds the dequantized values.
 void gather_queries(const AttendArgs& a, int64_t b, int64_t hk, int64_t i0, int64_t nb, float* A, int8_t* q8,
                     float* qs) {
   const Tensor& q = *a.q;
