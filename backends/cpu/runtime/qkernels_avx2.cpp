@@ -35,6 +35,16 @@ EMBER_AVX2_F16C inline void group_step_tile(const Coeffs& co, int64_t g, int h, 
   for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + m * 16 + 8 * h, acc[m]);
 }
 
+// The same for the int kernels (int_group_step256: the zero point folded where it can be).
+template <int MB>
+EMBER_AVX2_F16C inline void int_group_step_tile(const Coeffs& co, int64_t g, int h, __m256 (&p)[MB],
+                                                const float* ascale, const float* asum, int64_t G, float* out) {
+  __m256 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm256_loadu_ps(out + m * 16 + 8 * h);
+  int_group_step256<MB>(co, g, 8 * h, p, ascale, asum, G, acc);
+  for (int m = 0; m < MB; ++m) _mm256_storeu_ps(out + m * 16 + 8 * h, acc[m]);
+}
+
 // One word of 8 rows (32 bytes at `word`) against the 8 activations at q[m * lda]: p16[m] += the
 // rows' products, pairwise in int16.
 template <int MB>
@@ -79,8 +89,7 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
     }
     __m256 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm256_cvtepi32_ps(d[m]);
-    scale_by_group256<MB>(p, ascale, g, G);
-    group_step_tile<MB>(co, g, h, p, asum + g, G, out);
+    int_group_step_tile<MB>(co, g, h, p, ascale, asum + g, G, out);
   }
 }
 
@@ -112,8 +121,7 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
       const __m256i rows = _mm256_permute4x64_epi64(_mm256_hadd_epi32(da[m], db[m]), 0xD8);
       p[m] = _mm256_cvtepi32_ps(rows);
     }
-    scale_by_group256<MB>(p, ascale, g, G);
-    group_step_tile<MB>(co, g, h, p, asum + g, G, out);
+    int_group_step_tile<MB>(co, g, h, p, ascale, asum + g, G, out);
   }
 }
 
@@ -265,8 +273,7 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
     for (int h = 0; h < 2; ++h) {
       __m256 p[MB];
       for (int m = 0; m < MB; ++m) p[m] = _mm256_cvtepi32_ps(d[h][m]);
-      scale_by_group256<MB>(p, ascale, g, G);
-      group_step_tile<MB>(co, g, h, p, asum + g, G, out);
+      int_group_step_tile<MB>(co, g, h, p, ascale, asum + g, G, out);
     }
   }
 }

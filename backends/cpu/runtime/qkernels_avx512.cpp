@@ -45,8 +45,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[m]);
-    scale_by_group512<MB>(p, ascale, g, G);
-    group_step512<MB>(co, g, p, asum + g, G, acc);
+    int_group_step512<MB>(co, g, p, ascale, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }
@@ -89,8 +88,7 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
                                             _mm512_permutex2var_epi32(da[m], odd, db[m]));
       p[m] = _mm512_cvtepi32_ps(rows);
     }
-    scale_by_group512<MB>(p, ascale, g, G);
-    group_step512<MB>(co, g, p, asum + g, G, acc);
+    int_group_step512<MB>(co, g, p, ascale, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }

@@ -45,8 +45,7 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
     }
     __m512 p[MB];
     for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(_mm512_add_epi32(d0[m], d1[m]));
-    scale_by_group512<MB>(p, ascale, g, G);
-    group_step512<MB>(co, g, p, asum + g, G, acc);
+    int_group_step512<MB>(co, g, p, ascale, asum + g, G, acc);
   }
   for (int m = 0; m < MB; ++m) _mm512_storeu_ps(out + m * 16, acc[m]);
 }

@@ -1,7 +1,9 @@
 // Portable C++ block kernels of the CPU delegate (see qkernels.h for what they compute).
 #include "qkernels.h"
 
+#include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "act_quant.h"
 #include "ember/runtime/dtype.h"
@@ -56,12 +58,18 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
         }
       }
     }
+    // The int kernels' folded step (qkernels.h, folds_zero_point) where it applies.
+    const bool fold = std::is_same_v<T, int8_t> && folds_zero_point(co, ascale);
     for (int m = 0; m < MB; ++m) {
       const float a = asum[m * G + g];
       for (int r = 0; r < 16; ++r) {
         float s, c;
         coeffs_at(co, g * co.param_stride + r, &s, &c);
         float pf = static_cast<float>(p[m][r]);
+        if (fold) {
+          acc[m][r] = std::fma(s, pf - co.ze * a, acc[m][r]);
+          continue;
+        }
         if (ascale) pf *= ascale[m * G + g];
         acc[m][r] += s * pf + c * a;
       }

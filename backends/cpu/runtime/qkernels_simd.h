@@ -55,6 +55,24 @@ EMBER_AVX2_F16C inline void scale_by_group256(__m256 (&p)[MB], const float* asca
   for (int m = 0; m < MB; ++m) p[m] = _mm256_mul_ps(p[m], _mm256_broadcast_ss(ascale + m * G + g));
 }
 
+// The int kernels' group step for 8 rows: folded (folds_zero_point) or p scaled by ascale, then
+// group_step256.
+template <int MB>
+EMBER_AVX2_F16C inline void int_group_step256(const Coeffs& co, int64_t g, int row0, __m256 (&p)[MB],
+                                              const float* ascale, const float* asum, int64_t G, __m256 (&acc)[MB]) {
+  if (folds_zero_point(co, ascale)) {
+    const int64_t i = g * co.param_stride + row0;
+    const __m256 sv = co.half ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                                    static_cast<const uint16_t*>(co.scale) + i)))
+                              : _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
+    for (int m = 0; m < MB; ++m)
+      acc[m] = _mm256_fmadd_ps(sv, _mm256_sub_ps(p[m], _mm256_set1_ps(co.ze * asum[m * G])), acc[m]);
+    return;
+  }
+  scale_by_group256<MB>(p, ascale, g, G);
+  group_step256<MB>(co, g, row0, p, asum, G, acc);
+}
+
 template <int MB>
 EMBER_AVX512 inline void scale_by_group512(__m512 (&p)[MB], const float* ascale, int64_t g, int64_t G) {
   if (!ascale) return;
@@ -80,6 +98,24 @@ EMBER_AVX512 inline void group_step512(const Coeffs& co, int64_t g, const __m512
     acc[m] = _mm512_fmadd_ps(sv, p[m], acc[m]);
     acc[m] = _mm512_fmadd_ps(cv, _mm512_set1_ps(asum[m * G]), acc[m]);
   }
+}
+
+// The int kernels' group step for a block's 16 rows: folded (folds_zero_point) or p scaled by
+// ascale, then group_step512.
+template <int MB>
+EMBER_AVX512 inline void int_group_step512(const Coeffs& co, int64_t g, __m512 (&p)[MB], const float* ascale,
+                                           const float* asum, int64_t G, __m512 (&acc)[MB]) {
+  if (folds_zero_point(co, ascale)) {
+    const int64_t i = g * co.param_stride;
+    const __m512 sv = co.half ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                    static_cast<const uint16_t*>(co.scale) + i)))
+                              : _mm512_loadu_ps(static_cast<const float*>(co.scale) + i);
+    for (int m = 0; m < MB; ++m)
+      acc[m] = _mm512_fmadd_ps(sv, _mm512_sub_ps(p[m], _mm512_set1_ps(co.ze * asum[m * G])), acc[m]);
+    return;
+  }
+  scale_by_group512<MB>(p, ascale, g, G);
+  group_step512<MB>(co, g, p, asum, G, acc);
 }
 #endif
 
