@@ -1,6 +1,6 @@
 """The KV cache dtypes' kernels against their Python references (llm/ops.py): ember::quantize_kv
 bit for bit, ember::attend_cache_int8 and ember::attend_cache over fp16 caches (decode's split
-path and the prefill rows path, windows, soft-capping, GQA)."""
+path and prefill's GEMM tasks, windows, soft-capping, GQA)."""
 
 from __future__ import annotations
 
