@@ -77,8 +77,8 @@ void gather_queries(const AttendArgs& a, int64_t b, int64_t hk, int64_t i0, int6
   }
 }
 
-// Rows [r0, r0 + n) of A [*, D] into panels of kNR: panel p holds rows r0 + 32 p.. transposed,
-// Bp[p][d][c] = A[r0 + 32 p + c][d], zero past the last row.
+// The n rows of A [n, D] into panels of kNR, transposed: panel p holds rows 32 p.., as
+// Bp[p][d][c] = A[32 p + c][d], zero past the last row.
 void pack_rows_transposed(const float* A, int64_t n, int64_t D, float* Bp) {
   for (int64_t p = 0; p * kNR < n; ++p) {
     float* panel = Bp + p * D * kNR;
