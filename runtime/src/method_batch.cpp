@@ -1,6 +1,8 @@
 // Method::execute_batch: several instances of one method executed in lockstep, with each
 // stackable delegate call run once over the rows of all of them (batched decode: one pass over
 // a linear's weights serves every session of the step).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -11,6 +13,38 @@
 #include "method_instr.h"
 
 namespace ember {
+
+namespace {
+
+// A segment whose work (all methods' together, on one thread) was below this the last time runs on
+// the calling thread alone: a fork-join costs more than it saves there. Per decoder layer of a
+// batched decode step of SmolLM2, three of the four segments are a residual add and a norm, or the
+// MLP's gate (3-6 us for 4 methods); the fourth, with the attention, takes ~65 us. B = 4 on a 2-core
+// Zen 4, steps alternating in one process against every segment as parallel tasks: -7% per step.
+constexpr double kParallelSegmentSeconds = 16e-6;
+
+}  // namespace
+
+template <typename F>
+void Method::run_segment(Method* lead, size_t k, int64_t n, F& segment) {
+  using Clock = std::chrono::steady_clock;
+  if (n == 1) {
+    segment(0, 1);
+    return;
+  }
+  // The estimate lives in the batch's first method (sessions of one program have the same
+  // instructions; whichever leads, its estimates converge after a step). 0 (never measured): serial.
+  if (lead->segment_work_.size() != lead->instrs_.size()) lead->segment_work_.assign(lead->instrs_.size(), 0.0f);
+  float& work = lead->segment_work_[k];
+  const int cap = ThreadCap::current();
+  const int threads = cap > 0 ? std::min(cap, get_num_threads()) : get_num_threads();
+  const bool parallel = threads > 1 && work >= kParallelSegmentSeconds;
+  const Clock::time_point t0 = Clock::now();
+  if (parallel) parallel_for(n, 1, segment);
+  else segment(0, n);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  work = static_cast<float>(parallel ? wall * static_cast<double>(std::min<int64_t>(threads, n)) : wall);
+}
 
 void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
   if (n == 0) return;
@@ -50,11 +84,11 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
     if (live.size() > 1 && live[0]->instrs_[k].stackable) {
       run_stacked(k, live.data(), live.size(), step_errors.data());
     } else {
-      // The instructions up to the next stacked call, each method's run as one task: the methods
-      // share the pool's threads (their kernels then run single-threaded inside), which keeps both
-      // threads busy through the small per-session ops that would run on one thread anyway
-      // (batched decode B = 4 on a 2-core Zen 3: -5% per step). The kernels split their work by
-      // the configured thread count, not by the threads they get, so the results do not change.
+      // The instructions up to the next stacked call (a segment), each method's run as one task:
+      // the methods share the pool's threads (their kernels then run single-threaded inside), which
+      // keeps both threads busy through the small per-session ops that would run on one thread
+      // anyway (batched decode B = 4 on a 2-core Zen 3: -5% per step). The kernels split their work
+      // by the configured thread count, not by the threads they get, so the results do not change.
       while (end < ni && !(live.size() > 1 && live[0]->instrs_[end].stackable)) ++end;
       auto segment = [&](int64_t j0, int64_t j1) {
         KernelContext ctx;
@@ -62,11 +96,7 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
           for (size_t kk = k; kk < end && !step_errors[j]; ++kk) step_errors[j] = live[j]->run_instruction(kk, ctx);
         }
       };
-      if (live.size() > 1) {
-        parallel_for(static_cast<int64_t>(live.size()), 1, segment);
-      } else {
-        segment(0, static_cast<int64_t>(live.size()));
-      }
+      run_segment(live[0], k, static_cast<int64_t>(live.size()), segment);
     }
     k = end;
     // A method that failed stops here; the rest go on.

@@ -98,6 +98,11 @@ class Method {
   static void run_stacked(size_t k, Method* const* methods, size_t n, Error* errors);
   // One delegate call over the rows of `methods` stacked (`rows` in all), scattered back.
   static void stack_call(size_t k, Method* const* methods, size_t n, int64_t rows, Error* errors);
+  // A batch's per-method instructions from k to the next stacked call: segment(j0, j1) runs
+  // methods [j0, j1) through them, as one pool task per method or, when the segment's work was
+  // small the last time (lead's segment_work_), on the calling thread alone.
+  template <typename F>
+  static void run_segment(Method* lead, size_t k, int64_t n, F& segment);
 
   std::shared_ptr<Program> program_;
   std::shared_ptr<ProgramState> state_;              // null: the program's default state
@@ -114,6 +119,9 @@ class Method {
   std::vector<Instr> instrs_;
   std::vector<std::string> op_names_;
   std::vector<DelegateInstance> delegates_;
+  // execute_batch: seconds of work (on one thread) that the segment starting at instruction k
+  // took the last time this method led a batch.
+  std::vector<float> segment_work_;
   uint8_t* arena_ = nullptr;
   size_t arena_size_ = 0;
   // EMBER_PROFILE=1: seconds and calls per instruction, printed to stderr when the method is destroyed.
