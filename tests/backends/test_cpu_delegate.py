@@ -134,6 +134,34 @@ def test_delegate_linear_matches_portable_kernels(K, shape, sizes, tmp_path):
         assert rel_error(c, ref, floor) <= (1e-4 if v["act_quant"] else 1e-5), what
 
 
+def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(tmp_path):
+    """Linears over several tiles of rows split the blocks into one part per thread, each run in items
+    (a span of blocks against one tile, or a few blocks against every tile) that a thread done with
+    its own part takes from another's: 1,500 weight rows (94 blocks, spans of blocks too) x 13 rows
+    (three tiles and a remainder), on one thread and on all, give the same bits and the portable
+    kernel's values."""
+    gen = torch.Generator().manual_seed(3)
+    K = 1536
+    x = torch.randn(1, 13, K, generator=gen)
+    variants = []
+    for bits, act in ((4, 1), (4, 2), (4, 0), (8, 1)):
+        v = make_weight(gen, 1500, K, bits, 32, "none" if act else "float", torch.float16)
+        variants.append({**v, "act_quant": act, "bias": None})
+    module = QLinears(variants)
+    files = _lower_both(module, (x,), tmp_path, "many-rows")
+    threads = ember.runtime.get_num_threads()
+    try:
+        ember.runtime.set_num_threads(1)
+        one = files["cpu"][1].run("forward", x)
+    finally:
+        ember.runtime.set_num_threads(threads)
+    every = files["cpu"][1].run("forward", x)
+    portable = files["portable"][1].run("forward", x)
+    for a, b, p, v in zip(one, every, portable, variants):
+        assert np.array_equal(a, b), f"bits={v['bits']} act={v['act_quant']}: 1 thread and {threads} differ"
+        assert rel_error(torch.from_numpy(b), torch.from_numpy(p), magnitude(x, v)) <= TOL
+
+
 PACK = packing.pack
 
 
