@@ -102,11 +102,14 @@ class Pool {
     return error_;
   }
 
-  void run(int64_t n, int64_t grain, RangeFn fn) {
+  // per_item: one chunk per item of [0, n) (parallel_tasks), else at most one per thread.
+  void run(int64_t n, int64_t grain, RangeFn fn, bool per_item = false) {
     const int nt = t_thread_cap > 0 ? std::min(t_thread_cap, threads()) : threads();
     int64_t chunks = grain > 0 ? (n + grain - 1) / grain : n;
-    chunks = std::min<int64_t>(chunks, nt);
-    if (chunks <= 1 || t_in_parallel) {
+    // One chunk per item only where every worker may take part: below the pool's count, a cap
+    // bounds the threads by bounding the chunks.
+    chunks = per_item && nt == threads() ? n : std::min<int64_t>(chunks, nt);
+    if (chunks <= 1 || nt <= 1 || t_in_parallel) {
       fn(0, n);
       return;
     }
@@ -275,6 +278,11 @@ int ThreadCap::current() { return t_thread_cap; }
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;
   pool().run(n, grain, fn);
+}
+
+void parallel_tasks_impl(int64_t n, RangeFn fn) {
+  if (n <= 0) return;
+  pool().run(n, 1, fn, true);
 }
 
 }  // namespace ember

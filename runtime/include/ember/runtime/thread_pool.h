@@ -89,4 +89,16 @@ void parallel_for(int64_t n, int64_t grain, F&& fn) {
   parallel_for_impl(n, grain, RangeFn(f));
 }
 
+// Runs fn(i, i + 1) for each i of [0, n), the items taken in order, one at a time, by whichever
+// thread is free next: uneven items (put the longest first) and a thread that runs slower for a
+// while balance themselves. Serial where parallel_for would be (inside a chunk, the pool in use by
+// another thread, one thread).
+void parallel_tasks_impl(int64_t n, RangeFn fn);
+
+template <typename F>
+void parallel_tasks(int64_t n, F&& fn) {
+  auto& f = fn;
+  parallel_tasks_impl(n, RangeFn(f));
+}
+
 }  // namespace ember
