@@ -301,17 +301,17 @@ Error run_linear(const Handle& h, KernelArgs args) {
       }
     }
   };
-  if (M <= kMaxM) {  // one tile (decode, batched steps of up to kMaxM rows): the blocks split
+  if (M == 1) {  // decode: memory-bound, the blocks split in one range per thread
     parallel_for(w.NB, grain, [&](int64_t b0, int64_t b1) { run_range(b0, b1, 0, M); });
     return Error::ok();
   }
-  // Several tiles of rows (prefill; batched steps of more than kMaxM rows): compute-bound work.
-  // Each thread runs its own part of the blocks (the weights it reads, as above) in items, then
-  // takes the items of another part that have not started yet: a thread running slower for a while
-  // leaves the rest to the faster one. On a 2-core Zen 4 VM, one thread's half of a 4-bit prefill
-  // linear took 7% longer than the other's (which waited 12% of an AVX2 prefill at loop ends);
-  // in-process alternating runs gave T = 128 prefill +3.6% and +6.8% (AVX2), +1.3% (VNNI), and
-  // T = 16 -2% to +7% (AVX2), +2.5% (VNNI).
+  // Several rows (batched steps, prefill): compute-bound work. Each thread runs its own part of the
+  // blocks (the weights it reads, as above) in items, then takes the items of another part that
+  // have not started yet: a thread running slower for a while leaves the rest to the faster one. On
+  // a 2-core Zen 4 VM, one thread's half of a 4-bit prefill linear took 7% longer than the other's
+  // (which waited 12% of an AVX2 prefill at loop ends). In-process alternating runs against one
+  // range per thread: 128-token prefill +3.6% and +6.8% (AVX2), +1.3% (VNNI); a 4-session batched
+  // step -5.1% (VNNI), -3.8% (AVX2); decode (one row, memory-bound) lost 3%, so it keeps the ranges.
   const int64_t tiles = (M + kMaxM - 1) / kMaxM;
   const int parts = static_cast<int>(std::min<int64_t>({w.NB, kMaxParts, std::max(1, get_num_threads())}));
   std::atomic<int64_t> next_item[kMaxParts];
@@ -326,13 +326,15 @@ Error run_linear(const Handle& h, KernelArgs args) {
         const int p = static_cast<int>((own + i) % parts);
         int64_t b0, b1;
         part_blocks(p, &b0, &b1);
-        // Expanded: items of a span against one tile, span by span (the order above). Otherwise
-        // an eighth of the part's blocks against every tile (a block stays in L1 through them).
-        const int64_t step = expanded ? span : std::max<int64_t>(1, (b1 - b0) / 8);
-        const int64_t per_step = expanded ? tiles : 1, items = (b1 - b0 + step - 1) / step * per_step;
+        // Expanded over several tiles: items of a span against one tile, span by span (the order
+        // above). Otherwise an eighth of the part's blocks against every tile (a block stays in L1
+        // through them).
+        const bool by_span = expanded && M > kMaxM;
+        const int64_t step = by_span ? span : std::max<int64_t>(1, (b1 - b0) / 8);
+        const int64_t per_step = by_span ? tiles : 1, items = (b1 - b0 + step - 1) / step * per_step;
         for (int64_t i; (i = next_item[p].fetch_add(1, std::memory_order_relaxed)) < items;) {
           const int64_t s0 = b0 + i / per_step * step, t = i % per_step;
-          const int64_t r0 = expanded ? t * kMaxM : 0, r1 = expanded ? std::min(M, r0 + kMaxM) : M;
+          const int64_t r0 = by_span ? t * kMaxM : 0, r1 = by_span ? std::min(M, r0 + kMaxM) : M;
           run_range(s0, std::min(b1, s0 + step), r0, r1);
         }
       }
