@@ -147,10 +147,12 @@ void attend_decode(const AttendArgs& a) {
   const int64_t hi = pos + 1, lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, n = hi - lo;
   // Very short contexts run on the calling thread: waking the pool costs more than the work.
   // (Beyond that, the cache rows come from DRAM: the weight stream evicts them every token.)
-  // Inside a parallel loop (a batched step runs each session's attention as one task) the tasks
-  // would run in turn on this thread: one chunk per head then, with no partial results to merge
-  // (4-session batched step on a 2-core Zen 4: -2.2%).
-  const bool parallel = B * Hq * n * D >= (1 << 14) && !in_parallel_region();
+  // The split depends on the configured thread count only, never on the threads this call gets:
+  // a batched step runs each session's attention inside a pool task, where the chunks run in
+  // turn, and must give the logits the session gets alone (merging partial softmax results
+  // rounds differently, and an int8-activation model amplifies one rounding flip to logit
+  // differences of ~1).
+  const bool parallel = B * Hq * n * D >= (1 << 14);
   // About 4 tasks per thread, and a whole number of tasks per thread (3 kv heads on 2 threads
   // would otherwise leave one thread a fifth idle).
   const int64_t threads = get_num_threads(), heads = B * Hkv;

@@ -269,7 +269,6 @@ PoolProfile pool_profile() {
 }
 
 int set_num_threads(int n) { return pool().set_threads(n); }
-bool in_parallel_region() { return t_in_parallel; }
 Error thread_pool_error() { return pool().error(); }
 int get_num_threads() { return pool().threads(); }
 ThreadCap::ThreadCap(int n) : previous_(t_thread_cap) { t_thread_cap = std::max(0, n); }

@@ -55,6 +55,39 @@ def test_forward_batch_gives_each_session_its_own_logits_bit_for_bit(path, batch
             assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
 
 
+def test_smollm2_batched_steps_past_the_attention_split_are_bit_for_bit(smollm2_export) -> None:
+    """SmolLM2 (`8da4w`) at positions 100-111, where decode attention splits each session's cache into
+    chunks for the threads (from ~29 keys; the tiny models never get there): a batched step's logits are
+    the ones each session gets alone, though inside the step each session's attention runs as one pool
+    task. Any rounding difference there would show: the int8 activations turn it into logit
+    differences of ~1."""
+    path, _ = smollm2_export
+    llm = ember.load(path, threads=2)
+    sessions = [llm, llm.session(), llm.session()]
+    rng = np.random.default_rng(7)
+    prompts = [rng.integers(5, llm.vocab_size, 100 + 3 * i).tolist() for i in range(len(sessions))]
+    steps = 12
+
+    def prefill(i: int) -> None:
+        sessions[i].reset()
+        ids = prompts[i]
+        for begin in range(0, len(ids), llm.max_seq_len):
+            sessions[i].forward(ids[begin:begin + llm.max_seq_len], begin)
+
+    streams = _token_streams(llm, len(sessions), steps)
+    alone = []
+    for i, s in enumerate(sessions):
+        prefill(i)
+        alone.append([s.forward([streams[i][t]], len(prompts[i]) + t).copy() for t in range(steps)])
+    for i in range(len(sessions)):
+        prefill(i)
+    for t in range(steps):
+        rows = forward_batch(sessions, [streams[i][t] for i in range(len(sessions))],
+                             [len(prompts[i]) + t for i in range(len(sessions))])
+        for i in range(len(sessions)):
+            assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
+
+
 def _generate_in_threads(sessions, settings: dict) -> tuple[list[str], list[float]]:
     """Session i generates PROMPTS[i] in its own thread, all starting together: the answers and
     each session's stats.decode_batch_mean."""

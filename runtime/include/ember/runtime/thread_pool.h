@@ -43,10 +43,6 @@ int max_num_threads();
 int set_num_threads(int n);
 int get_num_threads();
 
-// Whether the calling thread runs a chunk of a parallel loop (a pool worker between loops counts
-// too): a parallel_for here would run serially on it, so work split for threads is overhead here.
-bool in_parallel_region();
-
 // Caps the threads of the parallel loops this thread starts while the cap lives (RAII,
 // thread-local, nestable: the innermost cap wins, and the one before it comes back when it
 // ends). `n` <= 0: no cap (the pool's count); 1: every loop runs inline on this thread. A cap
