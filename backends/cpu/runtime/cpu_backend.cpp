@@ -312,7 +312,10 @@ Error run_linear(const Handle& h, KernelArgs args) {
   // (which waited 12% of an AVX2 prefill at loop ends). In-process alternating runs against one
   // range per thread: 128-token prefill +3.6% and +6.8% (AVX2), +1.3% (VNNI); a 4-session batched
   // step -5.1% (VNNI), -3.8% (AVX2); decode (one row, memory-bound) lost 3%, so it keeps the ranges.
-  const int64_t tiles = (M + kMaxM - 1) / kMaxM;
+  // Expanded over several tiles: items of a span against one tile, span by span (the order above).
+  // Otherwise an eighth of a part's blocks against every tile (a block stays in L1 through them).
+  const bool by_span = expanded && M > kMaxM;
+  const int64_t per_step = by_span ? (M + kMaxM - 1) / kMaxM : 1;
   const int parts = static_cast<int>(std::min<int64_t>({w.NB, kMaxParts, std::max(1, get_num_threads())}));
   std::atomic<int64_t> next_item[kMaxParts];
   for (int p = 0; p < parts; ++p) next_item[p].store(0, std::memory_order_relaxed);
@@ -326,12 +329,8 @@ Error run_linear(const Handle& h, KernelArgs args) {
         const int p = static_cast<int>((own + i) % parts);
         int64_t b0, b1;
         part_blocks(p, &b0, &b1);
-        // Expanded over several tiles: items of a span against one tile, span by span (the order
-        // above). Otherwise an eighth of the part's blocks against every tile (a block stays in L1
-        // through them).
-        const bool by_span = expanded && M > kMaxM;
         const int64_t step = by_span ? span : std::max<int64_t>(1, (b1 - b0) / 8);
-        const int64_t per_step = by_span ? tiles : 1, items = (b1 - b0 + step - 1) / step * per_step;
+        const int64_t items = (b1 - b0 + step - 1) / step * per_step;
         for (int64_t i; (i = next_item[p].fetch_add(1, std::memory_order_relaxed)) < items;) {
           const int64_t s0 = b0 + i / per_step * step, t = i % per_step;
           const int64_t r0 = by_span ? t * kMaxM : 0, r1 = by_span ? std::min(M, r0 + kMaxM) : M;
