@@ -20,18 +20,17 @@ inline int32_t load32(const int8_t* p) {
 // F16C is on every AVX2 CPU ember has met; the AVX2 table is only used when the CPU reports it.
 #define EMBER_AVX2_F16C __attribute__((target("avx2,fma,f16c")))
 
+// 8 per-row parameters from `param` (co.scale or co.offset) at element i, fp16 or fp32 as co.half says.
+EMBER_AVX2_F16C inline __m256 params256(const Coeffs& co, const void* param, int64_t i) {
+  if (!co.half) return _mm256_loadu_ps(static_cast<const float*>(param) + i);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(param) + i)));
+}
+
 // 8 rows' coefficients of group g (row0 = 0 or 8 of the block): *s = scale, *c = m - s * ze.
 EMBER_AVX2_F16C inline void coeffs256(const Coeffs& co, int64_t g, int row0, __m256* s, __m256* c) {
   const int64_t i = g * co.param_stride + row0;
-  __m256 mv;
-  if (co.half) {
-    *s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.scale) + i)));
-    mv = co.offset ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(co.offset) + i)))
-                   : _mm256_set1_ps(co.m_const);
-  } else {
-    *s = _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
-    mv = co.offset ? _mm256_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm256_set1_ps(co.m_const);
-  }
+  *s = params256(co, co.scale, i);
+  const __m256 mv = co.offset ? params256(co, co.offset, i) : _mm256_set1_ps(co.m_const);
   *c = _mm256_fnmadd_ps(*s, _mm256_set1_ps(co.ze), mv);
 }
 
@@ -61,16 +60,19 @@ template <int MB>
 EMBER_AVX2_F16C inline void int_group_step256(const Coeffs& co, int64_t g, int row0, __m256 (&p)[MB],
                                               const float* ascale, const float* asum, int64_t G, __m256 (&acc)[MB]) {
   if (folds_zero_point(co, ascale)) {
-    const int64_t i = g * co.param_stride + row0;
-    const __m256 sv = co.half ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-                                    static_cast<const uint16_t*>(co.scale) + i)))
-                              : _mm256_loadu_ps(static_cast<const float*>(co.scale) + i);
+    const __m256 sv = params256(co, co.scale, g * co.param_stride + row0);
     for (int m = 0; m < MB; ++m)
       acc[m] = _mm256_fmadd_ps(sv, _mm256_sub_ps(p[m], _mm256_set1_ps(co.ze * asum[m * G])), acc[m]);
     return;
   }
   scale_by_group256<MB>(p, ascale, g, G);
   group_step256<MB>(co, g, row0, p, asum, G, acc);
+}
+
+// 16 per-row parameters from `param` (co.scale or co.offset) at element i, fp16 or fp32 as co.half says.
+EMBER_AVX512 inline __m512 params512(const Coeffs& co, const void* param, int64_t i) {
+  if (!co.half) return _mm512_loadu_ps(static_cast<const float*>(param) + i);
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(param) + i)));
 }
 
 template <int MB>
@@ -84,15 +86,8 @@ template <int MB>
 EMBER_AVX512 inline void group_step512(const Coeffs& co, int64_t g, const __m512 (&p)[MB], const float* asum,
                                        int64_t G, __m512 (&acc)[MB]) {
   const int64_t i = g * co.param_stride;
-  __m512 sv, mv;
-  if (co.half) {
-    sv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(co.scale) + i)));
-    mv = co.offset ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(co.offset) + i)))
-                   : _mm512_set1_ps(co.m_const);
-  } else {
-    sv = _mm512_loadu_ps(static_cast<const float*>(co.scale) + i);
-    mv = co.offset ? _mm512_loadu_ps(static_cast<const float*>(co.offset) + i) : _mm512_set1_ps(co.m_const);
-  }
+  const __m512 sv = params512(co, co.scale, i);
+  const __m512 mv = co.offset ? params512(co, co.offset, i) : _mm512_set1_ps(co.m_const);
   const __m512 cv = _mm512_fnmadd_ps(sv, _mm512_set1_ps(co.ze), mv);
   for (int m = 0; m < MB; ++m) {
     acc[m] = _mm512_fmadd_ps(sv, p[m], acc[m]);
@@ -106,10 +101,7 @@ template <int MB>
 EMBER_AVX512 inline void int_group_step512(const Coeffs& co, int64_t g, __m512 (&p)[MB], const float* ascale,
                                            const float* asum, int64_t G, __m512 (&acc)[MB]) {
   if (folds_zero_point(co, ascale)) {
-    const int64_t i = g * co.param_stride;
-    const __m512 sv = co.half ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                    static_cast<const uint16_t*>(co.scale) + i)))
-                              : _mm512_loadu_ps(static_cast<const float*>(co.scale) + i);
+    const __m512 sv = params512(co, co.scale, g * co.param_stride);
     for (int m = 0; m < MB; ++m)
       acc[m] = _mm512_fmadd_ps(sv, _mm512_sub_ps(p[m], _mm512_set1_ps(co.ze * asum[m * G])), acc[m]);
     return;
