@@ -134,21 +134,22 @@ def test_delegate_linear_matches_portable_kernels(K, shape, sizes, tmp_path):
         assert rel_error(c, ref, floor) <= (1e-4 if v["act_quant"] else 1e-5), what
 
 
-def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(tmp_path):
+@pytest.mark.parametrize("rows,n,K", [(13, 1500, 1536), (1, 16400, 64)])
+def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(rows, n, K, tmp_path):
     """Linears over several tiles of rows split the blocks into one part per thread, each run in items
     (a span of blocks against one tile, or a few blocks against every tile) that a thread done with
     its own part takes from another's: 1,500 weight rows (94 blocks, spans of blocks too) x 13 rows
     (three tiles and a remainder), on one thread and on all, give the same bits and the portable
-    kernel's values."""
+    kernel's values. One row (decode) runs that way over the largest weights (1,025 blocks here, an
+    lm_head's 3,072 in SmolLM2)."""
     gen = torch.Generator().manual_seed(3)
-    K = 1536
-    x = torch.randn(1, 13, K, generator=gen)
+    x = torch.randn(1, rows, K, generator=gen)
     variants = []
     for bits, act in ((4, 1), (4, 2), (4, 0), (8, 1)):
-        v = make_weight(gen, 1500, K, bits, 32, "none" if act else "float", torch.float16)
+        v = make_weight(gen, n, K, bits, 32, "none" if act else "float", torch.float16)
         variants.append({**v, "act_quant": act, "bias": None})
     module = QLinears(variants)
-    files = _lower_both(module, (x,), tmp_path, "many-rows")
+    files = _lower_both(module, (x,), tmp_path, f"many-rows-{rows}")
     threads = ember.runtime.get_num_threads()
     try:
         ember.runtime.set_num_threads(1)

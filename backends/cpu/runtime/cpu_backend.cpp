@@ -150,6 +150,9 @@ constexpr int64_t kGemmMinRows = 16;
 
 // The most parts of the blocks that the threads of a multi-tile linear split (one per thread).
 constexpr int kMaxParts = 64;
+// A one-row linear over at least this many blocks (the lm_head of a 49,152-token vocabulary has 3,072)
+// runs in items like several rows: smaller ones keep one range per thread (see run_linear).
+constexpr int64_t kDecodeItemsMinBlocks = 1024;
 
 // Prefill of a float-activation linear: each pair of blocks (32 weight rows) is dequantized once
 // into a [K][32] panel (thread-local, in L2) and multiplied by all M activation rows with the fp32
@@ -301,7 +304,12 @@ Error run_linear(const Handle& h, KernelArgs args) {
       }
     }
   };
-  if (M == 1) {  // decode: memory-bound, the blocks split in one range per thread
+  // Decode (one row) is memory-bound: the blocks split in one range per thread, except over the
+  // largest weights (the lm_head), which run in items as below. There one thread's half took ~100 us
+  // longer than the other's (AVX2 SmolLM2 decode: a third of the step's waiting at loop ends);
+  // decode steps alternating in one process, against one range per thread: -0.6% and -0.8% (AVX2),
+  // -0.6% and -1.5% (VNNI).
+  if (M == 1 && w.NB < kDecodeItemsMinBlocks) {
     parallel_for(w.NB, grain, [&](int64_t b0, int64_t b1) { run_range(b0, b1, 0, M); });
     return Error::ok();
   }
@@ -311,7 +319,8 @@ Error run_linear(const Handle& h, KernelArgs args) {
   // a 2-core Zen 4 VM, one thread's half of a 4-bit prefill linear took 7% longer than the other's
   // (which waited 12% of an AVX2 prefill at loop ends). In-process alternating runs against one
   // range per thread: 128-token prefill +3.6% and +6.8% (AVX2), +1.3% (VNNI); a 4-session batched
-  // step -5.1% (VNNI), -3.8% (AVX2); decode (one row, memory-bound) lost 3%, so it keeps the ranges.
+  // step -5.1% (VNNI), -3.8% (AVX2); decode (one row, memory-bound) lost 3% over every linear, so
+  // only its largest run this way.
   // Expanded over several tiles: items of a span against one tile, span by span (the order above).
   // Otherwise an eighth of a part's blocks against every tile (a block stays in L1 through them).
   const bool by_span = expanded && M > kMaxM;
