@@ -104,7 +104,7 @@ struct Activations {
 using kern::grow;
 
 // The activation rows in the int kernels' form, per token or per group (qkernels.h quantizers).
-void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_token, Activations* a) {
+void quantize_rows(const float* const* x, int64_t M, const PackedWeight& w, bool per_token, Activations* a) {
   const int64_t K = w.K, G = w.G, gs = w.gs;
   grow(a->q, M * K);
   grow(a->asum, M * G);
@@ -121,8 +121,8 @@ void quantize_rows(const float* x, int64_t M, const PackedWeight& w, bool per_to
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t m = r0; m < r1; ++m) {
       int8_t* qr = a->q.data() + m * K;
-      if (per_token) bk.quantize_token(x + m * K, K, gs, qr, a->asum.data() + m * G, &a->scale[m], &a->zp[m]);
-      else bk.quantize_groups(x + m * K, K, gs, qr, a->gscale.data() + m * G, a->asum.data() + m * G);
+      if (per_token) bk.quantize_token(x[m], K, gs, qr, a->asum.data() + m * G, &a->scale[m], &a->zp[m]);
+      else bk.quantize_groups(x[m], K, gs, qr, a->gscale.data() + m * G, a->asum.data() + m * G);
     }
   };
   if (M >= 2 && M * K >= 4096) parallel_for(M, 1, rows);
@@ -187,10 +187,20 @@ void run_linear_gemm(const Handle& h, const float* x, int64_t M, float* y) {
   });
 }
 
-Error run_linear(const Handle& h, KernelArgs args) {
+// A linear's rows, where the call has them: row m of the input at x[m] ([K] fp32), of the output at
+// y[m] ([N] fp32); x0 / y0: all of them as one [M, K] / [M, N] matrix, or null where the rows lie
+// apart (a batched step's sessions, Backend::execute_stacked).
+struct Rows {
+  const float* const* x = nullptr;
+  float* const* y = nullptr;
+  int64_t M = 0;
+  const float* x0 = nullptr;
+  float* y0 = nullptr;
+};
+
+// Checks x and sizes out to [..., N] (the call's one input and output).
+Error check_and_size(const Handle& h, const Tensor& x, Tensor& out) {
   const PackedWeight& w = h.w;
-  Tensor& x = args[0].tensor;
-  Tensor& out = args[1].tensor;
   char b[96];
   if (x.dtype != DType::kFloat32 || x.dim < 1 || x.sizes[x.dim - 1] != w.K) {
     return CPU_ERROR(kInvalidArgument, "linear input must be float32 [..., %" PRId64 "], got %s", w.K,
@@ -200,8 +210,52 @@ Error run_linear(const Handle& h, KernelArgs args) {
   int64_t osz[kMaxDims];
   for (int d = 0; d < x.dim - 1; ++d) osz[d] = x.sizes[d];
   osz[x.dim - 1] = w.N;
-  EMBER_TRY(out.resize(osz, x.dim));
-  const int64_t M = x.prod(0, x.dim - 1), N = w.N, K = w.K, G = w.G;
+  return out.resize(osz, x.dim);
+}
+
+// Appends the rows of x and out (checked and sized) to the pointer lists.
+void append_rows(const PackedWeight& w, const Tensor& x, Tensor& out, std::vector<const float*>* xs,
+                 std::vector<float*>* ys) {
+  const int64_t rows = x.prod(0, x.dim - 1);
+  const float* xp = x.ptr<float>();
+  float* yp = out.ptr<float>();
+  for (int64_t m = 0; m < rows; ++m) {
+    xs->push_back(xp + m * w.K);
+    ys->push_back(yp + m * w.N);
+  }
+}
+
+Error linear_rows(const Handle& h, const Rows& r);
+
+Error run_linear(const Handle& h, KernelArgs args) {
+  Tensor& x = args[0].tensor;
+  Tensor& out = args[1].tensor;
+  EMBER_TRY(check_and_size(h, x, out));
+  // Reused by the calling thread from call to call (the workers read them through `r`).
+  thread_local std::vector<const float*> xs;
+  thread_local std::vector<float*> ys;
+  xs.clear();
+  ys.clear();
+  append_rows(h.w, x, out, &xs, &ys);
+  return linear_rows(h, Rows{xs.data(), ys.data(), static_cast<int64_t>(xs.size()), x.ptr<float>(), out.ptr<float>()});
+}
+
+// The rows of n calls in one pass over the weight (Backend::execute_stacked).
+Error run_linear_stacked(const Handle& h, Tensor* const* in, Tensor* const* out, size_t n) {
+  thread_local std::vector<const float*> xs;
+  thread_local std::vector<float*> ys;
+  xs.clear();
+  ys.clear();
+  for (size_t j = 0; j < n; ++j) {
+    EMBER_TRY(check_and_size(h, *in[j], *out[j]));
+    append_rows(h.w, *in[j], *out[j], &xs, &ys);
+  }
+  return linear_rows(h, Rows{xs.data(), ys.data(), static_cast<int64_t>(xs.size()), nullptr, nullptr});
+}
+
+Error linear_rows(const Handle& h, const Rows& r) {
+  const PackedWeight& w = h.w;
+  const int64_t M = r.M, N = w.N, K = w.K, G = w.G;
   if (M == 0) return Error::ok();
 
   const BlockKernels& bk = block_kernels();
@@ -210,13 +264,21 @@ Error run_linear(const Handle& h, KernelArgs args) {
   // thread_local inside the lambda would give each worker its own, empty one).
   thread_local Activations buffers;
   Activations& act = buffers;
-  const float* xf = x.ptr<float>();
   const bool int_path = h.act != Act::kFloat, per_token = h.act == Act::kInt8PerToken;
-  if (!int_path && M >= kGemmMinRows) {
-    run_linear_gemm(h, xf, M, out.ptr<float>());
+  // The float kernels read the rows as one matrix: rows that lie apart are gathered first (a few
+  // rows of K values; the int paths quantize each row where it is instead).
+  thread_local std::vector<float> gathered;
+  const float* xf = r.x0;
+  if (!int_path && xf == nullptr) {
+    grow(gathered, M * K);
+    for (int64_t m = 0; m < M; ++m) std::memcpy(gathered.data() + m * K, r.x[m], static_cast<size_t>(K) * sizeof(float));
+    xf = gathered.data();
+  }
+  if (!int_path && M >= kGemmMinRows && r.y0 != nullptr) {
+    run_linear_gemm(h, xf, M, r.y0);
     return Error::ok();
   }
-  if (int_path) quantize_rows(xf, M, w, per_token, &act);
+  if (int_path) quantize_rows(r.x, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
@@ -227,7 +289,6 @@ Error run_linear(const Handle& h, KernelArgs args) {
   // Zen 3, paired in-process runs gave +1-4% decode (the kernel runs both halves of a block at once).
   const bool expanded = int_path && w.bits == 4 && K % 8 == 0 && bk.expand_int4 != nullptr;
   const int64_t span = expanded ? std::max<int64_t>(1, kSpanBytes / static_cast<int64_t>(w.block_bytes)) : 1;
-  float* y = out.ptr<float>();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
   // Blocks [b0, b1) against rows [r0, r1) (r0 a multiple of kMaxM), on the calling thread.
@@ -262,7 +323,7 @@ Error run_linear(const Handle& h, KernelArgs args) {
       const float* rowsum = w.has_rowsum ? reinterpret_cast<const float*>(codes + w.rowsum_offset) : nullptr;
       const int64_t n0 = blk * kRows, rows = std::min(kRows, N - n0);
       for (int j = 0; j < mb; ++j) {
-        float* yr = y + (m0 + j) * N + n0;
+        float* yr = r.y[m0 + j] + n0;
         const float* t = tile + j * kRows;
         if (per_token) {
           const float sc = act.scale[m0 + j], zp = act.zp[m0 + j];
@@ -401,6 +462,12 @@ class CpuBackend final : public Backend {
       return CPU_ERROR(kInvalidProgram, "a delegate call takes one input and one output tensor, got %d values", args.n);
     }
     return h.op == Op::kLinear ? run_linear(h, args) : run_embedding(h, args);
+  }
+
+  Error execute_stacked(void* handle, KernelContext&, Tensor* const* in, Tensor* const* out, size_t n) override {
+    const Handle& h = *static_cast<const Handle*>(handle);
+    if (h.op != Op::kLinear) return CPU_ERROR(kNotSupported, "only linears stack their rows");
+    return run_linear_stacked(h, in, out, n);
   }
 
   void destroy(void* handle) override { delete static_cast<Handle*>(handle); }

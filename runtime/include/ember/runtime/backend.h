@@ -40,11 +40,20 @@ class Backend {
   // How many rows a call with this handle may stack (Method::execute_batch): > 0 when it takes
   // one input tensor [..., K] and one output [..., N] and, for calls of up to that many rows,
   // computes each output row from the same input row alone, bit for bit as if that row came
-  // alone. A batch of methods then runs one call over their rows stacked (one pass over the
-  // weights for all of them). Default 0: never stacked.
+  // alone. A batch of methods then runs one execute_stacked over the rows of all of them (one
+  // pass over the weights for all). Default 0: never stacked.
   virtual int64_t max_stacked_rows(const void* handle) const {
     (void)handle;
     return 0;
+  }
+  // One call over the rows of n calls, where they are (required where max_stacked_rows > 0):
+  // in[j] is call j's input [..., K] and out[j] its output (planned; resized and filled here, as
+  // execute() does), the rows of all at most max_stacked_rows. Each output row must be what
+  // execute() gives for that row. The tensors belong to the caller and stay valid through the
+  // call. Default: kNotSupported.
+  virtual Error execute_stacked(void* handle, KernelContext& ctx, Tensor* const* in, Tensor* const* out, size_t n) {
+    (void)handle, (void)ctx, (void)in, (void)out, (void)n;
+    return Error(ErrorCode::kNotSupported, "this backend stacks no rows");
   }
   // Appends the kernel families this backend runs and the ISA level of each, for
   // ember::kernel_paths() (default: none).

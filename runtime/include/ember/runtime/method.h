@@ -64,7 +64,7 @@ class Method {
   Error execute();
   // Executes each of `methods` once, in lockstep: instances of one method of one Program, each
   // with its own state and its inputs bound as for execute(). A delegate call whose backend
-  // allows it (Backend::max_stacked_rows) runs once over the rows of every method stacked, so the
+  // allows it (Backend::max_stacked_rows) runs once over the rows of every method, so the
   // weights it reads are read once for the batch rather than once per method; the instructions
   // between such calls run per method, one thread-pool task per method. Each method's outputs
   // are the ones its own execute() would give, bit for bit. errors[i] (n entries, caller-owned)
@@ -96,8 +96,8 @@ class Method {
   // backend's max_stacked_rows share one call over their rows stacked, the rest run alone
   // (method_batch.cpp). errors[j] receives method j's result.
   static void run_stacked(size_t k, Method* const* methods, size_t n, Error* errors);
-  // One delegate call over the rows of `methods` stacked (`rows` in all), scattered back.
-  static void stack_call(size_t k, Method* const* methods, size_t n, int64_t rows, Error* errors);
+  // One delegate call over the rows of `methods` (Backend::execute_stacked).
+  static void stack_call(size_t k, Method* const* methods, size_t n, Error* errors);
   // A batch's per-method instructions from k to the next stacked call: segment(j0, j1) runs
   // methods [j0, j1) through them, as one pool task per method or, when the segment's work was
   // small the last time (lead's segment_work_), on the calling thread alone.
