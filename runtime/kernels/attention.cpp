@@ -13,6 +13,14 @@ namespace {
 
 using namespace kern;
 
+// Decode attention's chunks of cache rows (attend_decode) hold at least this many bytes of K rows
+// (but a position's first): 128 rows of an int8 cache of 64-wide heads, 32 of an fp32 one.
+// Smaller chunks cost more in per-task overhead and merging than they gain. Batched decode of 4
+// SmolLM2 sessions at positions 100-400 (each session's attention runs its chunks in turn inside a
+// pool task), steps alternating in one process: int8 cache, 128 rows against 32: -1.4% to -2.0% per
+// step (one session alone: -0.2% to -1.1%); fp32 cache, 128 rows against 32: +2.0% and +2.2%.
+constexpr int64_t kMinChunkBytes = 8192;
+
 // Softmax over s[0..n) in place; returns false when every score is -inf.
 inline bool softmax_inplace(float* s, int64_t n) {
   if (std::all_of(s, s + n, [](float x) { return x == -std::numeric_limits<float>::infinity(); })) return false;
@@ -163,7 +171,9 @@ void attend_decode(const AttendArgs& a) {
       break;
     }
   }
-  const int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(want, (n + 31) / 32));
+  const int64_t min_rows = std::max<int64_t>(1, kMinChunkBytes / (D * static_cast<int64_t>(a.k.t->element_size())));
+  int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(want, (n + min_rows - 1) / min_rows));
+  while (nchunks > 1 && (heads * nchunks) % threads != 0) --nchunks;  // a whole number of tasks per thread
   const int64_t chunk = (n + nchunks - 1) / nchunks;
   const int64_t tasks = B * Hkv * nchunks, slot = D + 2;  // slot: running max, sum, output[D]
   thread_local std::vector<float> part_storage;  // reused across calls: no allocation per step
