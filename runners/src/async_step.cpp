@@ -10,7 +10,7 @@ AsyncStep::~AsyncStep() {
   if (!started_) return;
   {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !requested_ || done_; });  // a running step finishes first
+    cv_.wait(lk, [&] { return !requested_ && !running_; });  // a step in flight finishes first
     quit_ = true;
   }
   cv_.notify_all();
@@ -29,20 +29,23 @@ Error AsyncStep::launch(int64_t token, int64_t pos) {
     token_ = token;
     pos_ = pos;
     requested_ = true;
-    done_ = false;
   }
   launched_ = true;
   cv_.notify_all();
   return Error::ok();
 }
 
-Result<const float*> AsyncStep::wait() {
+AsyncStep::Outcome AsyncStep::wait(bool allow_advance) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return done_; });
-  requested_ = false;
-  done_ = false;
-  launched_ = false;
-  return std::move(result_);
+  owner_waiting_ = allow_advance;
+  cv_.wait(lk, [&] { return ready_; });
+  owner_waiting_ = false;
+  ready_ = false;
+  Outcome out = std::move(outcome_);
+  lk.unlock();
+  cv_.notify_all();  // a step the helper started itself may be waiting to hand over its outcome
+  launched_ = out.advanced && out.token.launch;  // the helper started the next step itself
+  return out;
 }
 
 void* AsyncStep::thread_main(void* self) {
@@ -53,15 +56,36 @@ void* AsyncStep::thread_main(void* self) {
 void AsyncStep::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return quit_ || (requested_ && !done_); });
+    cv_.wait(lk, [&] { return quit_ || requested_; });
     if (quit_) return;
-    const int64_t token = token_, pos = pos_;
+    int64_t token = token_, pos = pos_;
+    requested_ = false;
+    running_ = true;
     lk.unlock();
-    Result<const float*> r = decoder_->step(&token, 1, pos);
+    // Steps back to back while advance asks for the next one: the mutex is not taken between
+    // handing an outcome over and starting the next step.
+    for (bool again = true; again;) {
+      Outcome out;
+      out.step = decoder_->step(&token, 1, pos);
+      lk.lock();
+      cv_.wait(lk, [&] { return !ready_; });  // the last outcome is the owner's first
+      const bool advance = owner_waiting_ && advance_;
+      lk.unlock();
+      // The owner is blocked in wait(true) until ready_: advance runs on its behalf.
+      if (advance) out.advanced = advance_(&out.step, &out.token);
+      again = out.advanced && out.token.launch;
+      if (again) {
+        token = out.token.next_token;
+        pos = out.token.next_pos;
+      }
+      lk.lock();
+      if (!again) running_ = false;
+      outcome_ = std::move(out);
+      ready_ = true;
+      lk.unlock();
+      cv_.notify_all();
+    }
     lk.lock();
-    result_ = std::move(r);
-    done_ = true;
-    cv_.notify_all();
   }
 }
 

@@ -89,12 +89,7 @@ Error TextRunner::accept_step(Result<const float*> logits) {
 
 bool TextRunner::stepping_ahead() const { return ahead_ != nullptr && ahead_->launched(); }
 
-Error TextRunner::drain() { return stepping_ahead() ? accept_step(ahead_->wait()) : Error::ok(); }
-
-Error TextRunner::feed_pending() {
-  if (stepping_ahead()) return drain();
-  return accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
-}
+Error TextRunner::drain() { return stepping_ahead() ? accept_step(std::move(ahead_->wait(false).step)) : Error::ok(); }
 
 void TextRunner::set_active(bool active) {
   if (active == active_) return;
@@ -178,31 +173,61 @@ Result<int64_t> TextRunner::next() {
   }
   const LlmInfo& info = decoder_->info();
   if (pending_ != kDone) {
-    const bool ahead = stepping_ahead();
-    if (!ahead && stats_.generated_tokens >= config_.max_new_tokens) {
-      finish(StopReason::kMaxTokens);
-      return kDone;
-    }
-    if (!ahead && static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
-      finish(StopReason::kContextFull);
-      return kDone;
-    }
-    Error e = feed_pending();
-    if (e) {
-      set_active(false);
-      return e;
+    if (stepping_ahead()) {
+      AsyncStep::Outcome o = ahead_->wait(true);
+      if (o.advanced) return conclude(std::move(o.token.token), done_reason_);  // the helper sampled it
+      Error e = accept_step(std::move(o.step));
+      if (e) {
+        set_active(false);
+        return e;
+      }
+    } else {
+      if (stats_.generated_tokens >= config_.max_new_tokens) {
+        finish(StopReason::kMaxTokens);
+        return kDone;
+      }
+      if (static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
+        finish(StopReason::kContextFull);
+        return kDone;
+      }
+      Error e = accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
+      if (e) {
+        set_active(false);
+        return e;
+      }
     }
   }
+  bool launch = false;
+  Result<int64_t> token = sample_next(&launch);
+  if (launch) {
+    if (ahead_ == nullptr) {
+      // The helper advances the generation itself when this thread already waits for the step.
+      ahead_ = std::make_unique<AsyncStep>(decoder_.get(), [this](Result<const float*>* step, AsyncStep::Advanced* out) {
+        if (stop_requested_.load(std::memory_order_relaxed)) return false;  // next() stops it
+        Error e = accept_step(std::move(*step));
+        if (e) {
+          out->token = e;
+          return true;
+        }
+        out->token = sample_next(&out->launch);
+        out->next_token = pending_;
+        out->next_pos = static_cast<int64_t>(cached_.size());
+        return true;
+      });
+    }
+    if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) step_ahead_ = false;  // no helper: run steps here
+  }
+  return conclude(std::move(token), done_reason_);
+}
+
+Result<int64_t> TextRunner::sample_next(bool* launch) {
+  *launch = false;
+  const LlmInfo& info = decoder_->info();
   const Clock::time_point ts = Clock::now();
   auto token = sampler_.sample(logits_, cached_.data(), cached_.size());
   const Clock::time_point te = Clock::now();
-  if (!token.ok()) {
-    set_active(false);
-    return token.error();
-  }
+  if (!token.ok()) return token.error();
   stats_.sampling_ms += std::chrono::duration<double, std::milli>(te - ts).count();
-  // Decode time is wall time from the first token to the latest: with steps started ahead, the
-  // caller's work between tokens overlaps the steps, so the sum of next() calls would undercount.
   if (stats_.decode_steps > 0) {
     stats_.decode_ms = std::chrono::duration<double, std::milli>(te - first_token_time_).count();
   } else {
@@ -211,22 +236,27 @@ Result<int64_t> TextRunner::next() {
   }
   const int64_t id = *token;
   if (!config_.ignore_eos && std::find(info.eos_ids.begin(), info.eos_ids.end(), id) != info.eos_ids.end()) {
-    finish(StopReason::kEos);
+    done_reason_ = StopReason::kEos;
     return kDone;
   }
   if (is_stop_id(id)) {
-    finish(StopReason::kStopToken);
+    done_reason_ = StopReason::kStopToken;
     return kDone;
   }
   pending_ = id;
   ++stats_.generated_tokens;
-  // Start its step now when generation will feed it (the checks above, one token early).
-  if (step_ahead_ && stats_.generated_tokens < config_.max_new_tokens &&
-      static_cast<int64_t>(cached_.size()) < info.max_context_len) {
-    if (ahead_ == nullptr) ahead_ = std::make_unique<AsyncStep>(decoder_.get());
-    if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) step_ahead_ = false;  // no helper: run steps here
-  }
+  *launch = step_ahead_ && stats_.generated_tokens < config_.max_new_tokens &&
+            static_cast<int64_t>(cached_.size()) < info.max_context_len;
   return id;
+}
+
+Result<int64_t> TextRunner::conclude(Result<int64_t> token, StopReason reason) {
+  if (!token.ok()) {
+    set_active(false);
+    return token.error();
+  }
+  if (*token == kDone) finish(reason);
+  return token;
 }
 
 Result<GenerateResult> TextRunner::generate(const std::vector<int64_t>& prompt, const GenerateConfig& config,

@@ -13,7 +13,9 @@
 //   - `start(prompt, config)` then `next()` until it returns kDone: one token per call.
 // Step ahead: once next() has sampled a token that generation will feed, it starts that token's
 // forward step on a helper thread (AsyncStep) before returning, so the caller's work with the
-// token overlaps the step; the following next() collects it. A generation that ends early
+// token overlaps the step; the following next() collects it. When next() is already waiting as
+// the step ends, the helper also samples the following token and starts its step at once (the
+// same tokens; no wake-up of the caller's thread between steps). A generation that ends early
 // (stop(), a callback returning false) still completes that step, and the token is then in
 // cached_tokens(). EMBER_STEP_AHEAD=0 runs every step inside next() instead.
 // `stop()` may be called from any thread; it ends the current generation at the next token.
@@ -122,9 +124,13 @@ class TextRunner {
   bool stepping_ahead() const;
   // Collects a step started ahead, if any (accept_step).
   Error drain();
-  // The forward step of pending_ at the next position: collected from the helper when it was
-  // started ahead, else run here.
-  Error feed_pending();
+  // Samples the token after logits_ and decides what follows (next()'s work once the step is
+  // in): returns the token (*launch: start its step ahead now), kDone (done_reason_ says why;
+  // finish() is the caller's) or the sampler's error. Runs on the owner's thread, or on the
+  // helper's while the owner waits for it (AsyncStep).
+  Result<int64_t> sample_next(bool* launch);
+  // next()'s result from sample_next's: finishes the generation on kDone, ends it on an error.
+  Result<int64_t> conclude(Result<int64_t> token, StopReason reason);
 
   std::unique_ptr<TextDecoder> decoder_;
   Sampler sampler_;
@@ -140,6 +146,7 @@ class TextRunner {
   int64_t batched_steps_sum_ = 0;  // sum over decode steps of the sessions sharing each
   Clock::time_point first_token_time_;  // when the first token of this generation was sampled
   bool step_ahead_ = true;              // EMBER_STEP_AHEAD, read at creation
+  StopReason done_reason_ = StopReason::kNone;  // why sample_next last returned kDone
   std::unique_ptr<AsyncStep> ahead_;    // made on the first step started ahead
 };
 
