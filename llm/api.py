@@ -554,23 +554,36 @@ def _special_token_strings(tokenizer: Any) -> dict[str, str]:
     return out
 
 
-def forward_batch(sessions: Sequence[LLM], tokens: Sequence[int], positions: Sequence[int]) -> list[Any]:
-    """One decode step of several sessions of one loaded model in a single batched execution
-    (one pass over the weights): sessions[i] takes tokens[i] at positions[i]. Returns each
-    session's logits, float32[vocab], bit for bit what `sessions[i].forward([tokens[i]],
-    positions[i])` gives. Like forward(), it clears the sessions' cached-prefix bookkeeping.
-    Threads that generate on sessions of one model are batched this way automatically."""
+def forward_batch(sessions: Sequence[LLM], tokens: Sequence[int | Sequence[int]], positions: Sequence[int]) -> list[Any]:
+    """One forward step of several sessions of one loaded model in a single batched execution
+    (one pass over the weights): sessions[i] takes tokens[i] from positions[i], where tokens[i]
+    is one id (a decode step) or a list of ids (a prefill chunk, at most `max_seq_len`; sessions
+    of different lengths may share the step). Returns each session's logits after its last
+    token, float32[vocab], bit for bit what `sessions[i].forward(tokens[i], positions[i])` gives.
+    Like forward(), it clears the sessions' cached-prefix bookkeeping. Threads that generate on
+    sessions of one model are batched this way automatically."""
     sessions = list(sessions)
     if not sessions or not all(isinstance(s, LLM) for s in sessions):
         raise InvalidArgumentError(f"forward_batch takes a non-empty list of LLM sessions, got {sessions!r:.120}")
-    ids = _token_ids(tokens, "forward_batch tokens")
+    if isinstance(tokens, (str, bytes, bytearray, memoryview)) or not hasattr(tokens, "__iter__"):
+        raise InvalidArgumentError(f"forward_batch tokens must be a sequence (one entry per session), got "
+                                   f"{type(tokens).__name__}")
+    rows: list[int | list[int]] = []
+    for index, item in enumerate(tokens):
+        if hasattr(item, "__iter__") and not isinstance(item, (str, bytes, bytearray, memoryview)):
+            chunk = _token_ids(item, f"forward_batch tokens[{index}]")
+            if not chunk:
+                raise InvalidArgumentError(f"forward_batch tokens[{index}] is empty; give each session at least one id")
+            rows.append(chunk)
+        else:
+            rows.append(_token_ids([item], f"forward_batch tokens[{index}]")[0])
     pos = _token_ids(positions, "forward_batch positions")
-    if len(ids) != len(sessions) or len(pos) != len(sessions):
+    if len(rows) != len(sessions) or len(pos) != len(sessions):
         raise InvalidArgumentError(
-            f"forward_batch takes one token and one position per session: {len(sessions)} sessions, "
-            f"{len(ids)} tokens, {len(pos)} positions"
+            f"forward_batch takes one token (or list of tokens) and one position per session: {len(sessions)} "
+            f"sessions, {len(rows)} tokens, {len(pos)} positions"
         )
-    return sessions[0]._native.forward_batch([s._runner for s in sessions], ids, pos)
+    return sessions[0]._native.forward_batch([s._runner for s in sessions], rows, pos)
 
 
 def load(path: str | os.PathLike[str], threads: int | None = None, mmap: bool = False) -> LLM:

@@ -208,15 +208,26 @@ class PyRunner {
   std::mutex mu_;
 };
 
-// One batched decode step over several sessions of one program (TextRunner::forward_batch).
-py::list forward_batch(const std::vector<PyRunner*>& runners, const py::object& tokens, const py::object& positions) {
-  const std::vector<int64_t> ids = as_ids(tokens, "tokens");
+// One batched step over several sessions of one program (TextRunner::forward_batch): tokens[i] is
+// one id (a decode step) or a sequence of ids (a prefill chunk).
+py::list forward_batch(const std::vector<PyRunner*>& runners, const py::list& tokens, const py::object& positions) {
   const std::vector<int64_t> pos = as_ids(positions, "positions");
   const size_t n = runners.size();
-  if (n == 0 || ids.size() != n || pos.size() != n) {
+  if (n == 0 || tokens.size() != n || pos.size() != n) {
     raise(Error::make(ErrorCode::kInvalidArgument,
-                      "forward_batch takes one token and one position per session: got %zu sessions, %zu tokens "
-                      "and %zu positions", n, ids.size(), pos.size()));
+                      "forward_batch takes one token (or list of tokens) and one position per session: got %zu "
+                      "sessions, %zu tokens and %zu positions", n, tokens.size(), pos.size()));
+  }
+  std::vector<std::vector<int64_t>> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    const py::object item = tokens[i];
+    ids[i] = PyLong_Check(item.ptr()) ? std::vector<int64_t>{item.cast<int64_t>()} : as_ids(item, "tokens");
+  }
+  std::vector<const int64_t*> id_ptrs(n);
+  std::vector<int64_t> counts(n);
+  for (size_t i = 0; i < n; ++i) {
+    id_ptrs[i] = ids[i].data();
+    counts[i] = static_cast<int64_t>(ids[i].size());
   }
   std::vector<std::unique_lock<std::mutex>> locks;
   std::vector<TextRunner*> native(n);
@@ -235,7 +246,7 @@ py::list forward_batch(const std::vector<PyRunner*>& runners, const py::object& 
   Error e;
   {
     py::gil_scoped_release nogil;
-    e = TextRunner::forward_batch(native.data(), n, ids.data(), pos.data(), logits.data());
+    e = TextRunner::forward_batch(native.data(), n, id_ptrs.data(), counts.data(), pos.data(), logits.data());
   }
   check(e);
   py::list out;
@@ -341,9 +352,10 @@ PYBIND11_MODULE(_runner, m) {
       py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
       "One draw of the sampler chain on fixed logits (config.seed seeds it).");
   m.def("forward_batch", &forward_batch, py::arg("sessions"), py::arg("tokens"), py::arg("positions"),
-        "One decode step of several sessions of one model in one batched execution: session i takes "
-        "tokens[i] at positions[i]. Returns each session's logits (float32[vocab]), bit for bit what "
-        "forward() gives; the sessions' cached-token bookkeeping is cleared, as forward() does.");
+        "One step of several sessions of one model in one batched execution: session i takes tokens[i] "
+        "(one id, or a list of ids: a prefill chunk) from positions[i]. Returns each session's logits "
+        "(float32[vocab], after its last token), bit for bit what forward() gives; the sessions' "
+        "cached-token bookkeeping is cleared, as forward() does.");
   m.def("sample_many", &sample_many, py::arg("logits"), py::arg("config"), py::arg("history") = py::list(),
         py::arg("n") = 1, "n successive draws from one sampler seeded with config.seed.");
   m.def(

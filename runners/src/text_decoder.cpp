@@ -89,12 +89,12 @@ Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t
   return last_logits();
 }
 
-Error TextDecoder::step_batch(TextDecoder* const* decoders, size_t n, const int64_t* tokens,
-                              const int64_t* positions, const float** logits) {
+Error TextDecoder::step_batch(TextDecoder* const* decoders, size_t n, const int64_t* const* tokens,
+                              const int64_t* counts, const int64_t* positions, const float** logits) {
   std::vector<Method*> methods(n);
   for (size_t i = 0; i < n; ++i) {
     EMBER_CHECK_ARG(decoders[i] != nullptr, "step_batch: decoder %zu is null", i);
-    Error e = decoders[i]->bind(tokens + i, 1, positions[i]);
+    Error e = decoders[i]->bind(tokens[i], counts[i], positions[i]);
     if (e) return e.with_context("step_batch, decoder " + std::to_string(i));
     methods[i] = decoders[i]->method_.get();
   }

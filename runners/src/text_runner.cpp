@@ -298,15 +298,15 @@ Result<const float*> TextRunner::forward(const int64_t* tokens, int64_t n, int64
   return decoder_->step(tokens, n, pos);
 }
 
-Error TextRunner::forward_batch(TextRunner* const* runners, size_t n, const int64_t* tokens, const int64_t* positions,
-                                const float** logits) {
+Error TextRunner::forward_batch(TextRunner* const* runners, size_t n, const int64_t* const* tokens,
+                                const int64_t* counts, const int64_t* positions, const float** logits) {
   std::vector<TextDecoder*> decoders(n);
   for (size_t i = 0; i < n; ++i) {
     EMBER_CHECK_ARG(runners[i] != nullptr, "forward_batch: runner %zu is null", i);
     runners[i]->release_cache();
     decoders[i] = runners[i]->decoder_.get();
   }
-  return TextDecoder::step_batch(decoders.data(), n, tokens, positions, logits);
+  return TextDecoder::step_batch(decoders.data(), n, tokens, counts, positions, logits);
 }
 
 }  // namespace runners

@@ -55,13 +55,44 @@ def test_forward_batch_gives_each_session_its_own_logits_bit_for_bit(path, batch
             assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
 
 
+@pytest.mark.parametrize("chunk", [2, 5, 8])
+def test_a_prefill_chunk_shares_a_step_with_decodes_bit_for_bit(path, chunk: int) -> None:
+    """A newcomer's prefill chunk and other sessions' decode steps in one execution (the batch is
+    uneven: the longest first, each segment's sessions taken one at a time by a free thread): each
+    session's logits are what it gets alone, step after step (the prefilled one then decodes on)."""
+    llm = ember.load(path, threads=2)
+    sessions = [llm] + [llm.session() for _ in range(3)]
+    streams = _token_streams(llm, 4, 12)
+    starts = [0, 3, 5, 1]  # session 0 prefills `chunk` tokens at position 0, the others decode
+    alone = []
+    for i, s in enumerate(sessions):
+        s.reset()
+        if i == 0:
+            out = [s.forward(streams[0][:chunk], 0).copy()]
+            out += [s.forward([streams[0][chunk + t]], chunk + t).copy() for t in range(3)]
+        else:
+            s.forward(streams[i][:1] * starts[i], 0)
+            out = [s.forward([streams[i][t]], starts[i] + t).copy() for t in range(4)]
+        alone.append(out)
+    for i, s in enumerate(sessions):
+        s.reset()
+        if i:
+            s.forward(streams[i][:1] * starts[i], 0)
+    for t in range(4):
+        tokens = [streams[0][:chunk] if t == 0 else streams[0][chunk + t - 1]] + [streams[i][t] for i in range(1, 4)]
+        positions = [0 if t == 0 else chunk + t - 1] + [starts[i] + t for i in range(1, 4)]
+        rows = forward_batch(sessions, tokens, positions)
+        for i in range(4):
+            assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
+
+
 def test_smollm2_batched_steps_past_the_attention_split_equal_each_session_alone(smollm2_export) -> None:
     """SmolLM2 (`8da4w`) at positions 100-111, where decode attention splits each session's cache into
     chunks for the threads (from ~29 keys; the tiny models never get there): a batched step's logits are
     the ones each session gets alone, though inside the step each session's attention runs as one pool
     task. Any rounding difference there would show: the int8 activations turn it into logit
-    differences of ~1. (Native kernel level only: the forced-level reruns of the bit-for-bit tests
-    would export SmolLM2 again per level.)"""
+    differences of ~1. Then two uneven steps, one session taking a 12-token chunk. (Native kernel
+    level only: the forced-level reruns of the bit-for-bit tests would export SmolLM2 again per level.)"""
     path, _ = smollm2_export
     llm = ember.load(path, threads=2)
     sessions = [llm, llm.session(), llm.session()]
@@ -76,15 +107,27 @@ def test_smollm2_batched_steps_past_the_attention_split_equal_each_session_alone
             sessions[i].forward(ids[begin:begin + llm.max_seq_len], begin)
 
     streams = _token_streams(llm, len(sessions), steps)
+    # Then two uneven steps: session 0 takes a 12-token chunk while the others decode (its pool tasks
+    # run first and are taken by whichever thread is free).
+    tails = [[rng.integers(5, llm.vocab_size, 12).tolist(), [int(x)]] for x in rng.integers(5, llm.vocab_size, 2)]
+    tails = [[tails[j][0] if i == 0 else tails[j][1] for i in range(len(sessions))] for j in range(2)]
+
+    def tail_positions(j: int) -> list[int]:
+        return [len(prompts[i]) + steps + (12 * j if i == 0 else j) for i in range(len(sessions))]
+
     alone = []
     for i, s in enumerate(sessions):
         prefill(i)
         alone.append([s.forward([streams[i][t]], len(prompts[i]) + t).copy() for t in range(steps)])
+        alone[i] += [s.forward(tails[j][i], tail_positions(j)[i]).copy() for j in range(2)]
     for i in range(len(sessions)):
         prefill(i)
-    for t in range(steps):
-        rows = forward_batch(sessions, [streams[i][t] for i in range(len(sessions))],
-                             [len(prompts[i]) + t for i in range(len(sessions))])
+    for t in range(steps + 2):
+        if t < steps:
+            rows = forward_batch(sessions, [streams[i][t] for i in range(len(sessions))],
+                                 [len(prompts[i]) + t for i in range(len(sessions))])
+        else:
+            rows = forward_batch(sessions, tails[t - steps], tail_positions(t - steps))
         for i in range(len(sessions)):
             assert np.array_equal(rows[i], alone[i][t]), (i, t, float(np.abs(rows[i] - alone[i][t]).max()))
 
@@ -149,8 +192,14 @@ def test_a_session_alone_is_not_batched(path) -> None:
 def test_forward_batch_bad_input() -> None:
     llm = ember.load(tiny_llm_path(), threads=2)
     other = llm.session()
-    with pytest.raises(InvalidArgumentError, match="one token and one position per session"):
+    with pytest.raises(InvalidArgumentError, match="one token .or list of tokens. and one position per session"):
         forward_batch([llm, other], [5], [0, 0])
+    with pytest.raises(InvalidArgumentError, match=r"tokens\[1\] is empty"):
+        forward_batch([llm, other], [5, []], [0, 0])
+    with pytest.raises(InvalidArgumentError, match=r"tokens\[1\]: item 1 is 2.5"):
+        forward_batch([llm, other], [5, [6, 2.5]], [0, 0])
+    with pytest.raises(InvalidArgumentError, match="max_seq_len|longer than"):
+        forward_batch([llm, other], [5, [6] * (llm.max_seq_len + 1)], [0, 0])
     with pytest.raises(InvalidArgumentError, match="same one"):
         forward_batch([llm, llm], [5, 6], [0, 0])
     with pytest.raises(InvalidArgumentError, match="another program"):

@@ -39,13 +39,14 @@ class TextDecoder {
   // Fails with kInvalidArgument naming the offending value; a kernel failure is returned as is.
   Result<const float*> step(const int64_t* tokens, int64_t n, int64_t pos);
 
-  // One single-token step of each of `n` decoders of one program in one batched execution
-  // (Method::execute_batch, one pass over the weights): decoders[i] takes tokens[i] at position
-  // positions[i], with the checks of step(). logits[i] receives decoders[i]'s view, as step()
-  // would return it, bit for bit. The decoders must be distinct and owned by the caller for the
-  // call. Returns the first failure, naming the decoder's index.
-  static Error step_batch(TextDecoder* const* decoders, size_t n, const int64_t* tokens, const int64_t* positions,
-                          const float** logits);
+  // One step of each of `n` decoders of one program in one batched execution
+  // (Method::execute_batch, one pass over the weights): decoders[i] takes the counts[i] tokens at
+  // tokens[i] (1: a decode step; more: a prefill chunk of at most max_seq_len) from position
+  // positions[i], with the checks of step(). logits[i] receives decoders[i]'s view of its last
+  // token's logits, as step() would return it, bit for bit. The decoders must be distinct and
+  // owned by the caller for the call. Returns the first failure, naming the decoder's index.
+  static Error step_batch(TextDecoder* const* decoders, size_t n, const int64_t* const* tokens, const int64_t* counts,
+                          const int64_t* positions, const float** logits);
 
   // Restores the cache (this decoder's state) to its initial value.
   void reset_state() {

@@ -97,10 +97,11 @@ class TextRunner {
 
   // Raw forward for parity tests: bypasses the cached-token bookkeeping (which it clears).
   Result<const float*> forward(const int64_t* tokens, int64_t n, int64_t pos);
-  // Raw batched decode step: runners[i] (sessions of one program, distinct) takes tokens[i] at
-  // positions[i], all in one execution (TextDecoder::step_batch); logits[i] as forward() gives.
-  static Error forward_batch(TextRunner* const* runners, size_t n, const int64_t* tokens, const int64_t* positions,
-                             const float** logits);
+  // Raw batched step: runners[i] (sessions of one program, distinct) takes the counts[i] tokens
+  // at tokens[i] (one: decode; more: a prefill chunk) from positions[i], all in one execution
+  // (TextDecoder::step_batch); logits[i] as forward() gives for them.
+  static Error forward_batch(TextRunner* const* runners, size_t n, const int64_t* const* tokens, const int64_t* counts,
+                             const int64_t* positions, const float** logits);
 
   StopReason stop_reason() const { return stats_.stop_reason; }
   const Stats& stats() const { return stats_; }

@@ -99,10 +99,11 @@ class Method {
   // One delegate call over the rows of `methods` (Backend::execute_stacked).
   static void stack_call(size_t k, Method* const* methods, size_t n, Error* errors);
   // A batch's per-method instructions from k to the next stacked call: segment(j0, j1) runs
-  // methods [j0, j1) through them, as one pool task per method or, when the segment's work was
+  // methods [j0, j1) through them, as one pool task per method (uneven: taken one at a time by
+  // whichever thread is free, else a contiguous share per thread) or, when the segment's work was
   // small the last time (lead's segment_work_), on the calling thread alone.
   template <typename F>
-  static void run_segment(Method* lead, size_t k, int64_t n, F& segment);
+  static void run_segment(Method* lead, size_t k, int64_t n, bool uneven, F& segment);
 
   std::shared_ptr<Program> program_;
   std::shared_ptr<ProgramState> state_;              // null: the program's default state
