@@ -228,6 +228,8 @@ Result<int64_t> TextRunner::sample_next(bool* launch) {
   const Clock::time_point te = Clock::now();
   if (!token.ok()) return token.error();
   stats_.sampling_ms += std::chrono::duration<double, std::milli>(te - ts).count();
+  // Decode time is wall time from the first token to the latest: with steps started ahead, the
+  // caller's work between tokens overlaps the steps, so the sum of next() calls would undercount.
   if (stats_.decode_steps > 0) {
     stats_.decode_ms = std::chrono::duration<double, std::milli>(te - first_token_time_).count();
   } else {
