@@ -44,7 +44,7 @@ AsyncStep::Outcome AsyncStep::wait(bool allow_advance) {
   Outcome out = std::move(outcome_);
   lk.unlock();
   cv_.notify_all();  // a step the helper started itself may be waiting to hand over its outcome
-  launched_ = out.advanced && out.token.launch;  // the helper started the next step itself
+  launched_ = out.advanced && out.result.launch;  // the helper started the next step itself
   return out;
 }
 
@@ -72,11 +72,11 @@ void AsyncStep::loop() {
       const bool advance = owner_waiting_ && advance_;
       lk.unlock();
       // The owner is blocked in wait(true) until ready_: advance runs on its behalf.
-      if (advance) out.advanced = advance_(&out.step, &out.token);
-      again = out.advanced && out.token.launch;
+      if (advance) out.advanced = advance_(&out.step, &out.result);
+      again = out.advanced && out.result.launch;
       if (again) {
-        token = out.token.next_token;
-        pos = out.token.next_pos;
+        token = out.result.next_token;
+        pos = out.result.next_pos;
       }
       lk.lock();
       if (!again) running_ = false;

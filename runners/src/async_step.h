@@ -43,8 +43,8 @@ class AsyncStep {
   using AdvanceFn = std::function<bool(Result<const float*>* step, Advanced* out)>;
   // What wait() hands the owner.
   struct Outcome {
-    bool advanced = false;  // the helper ran `advance`: `token` holds its result
-    Advanced token;
+    bool advanced = false;  // the helper ran `advance`: `result` holds what it made of the step
+    Advanced result;
     Result<const float*> step{static_cast<const float*>(nullptr)};  // else: the step's result
   };
 

@@ -175,7 +175,7 @@ Result<int64_t> TextRunner::next() {
   if (pending_ != kDone) {
     if (stepping_ahead()) {
       AsyncStep::Outcome o = ahead_->wait(true);
-      if (o.advanced) return conclude(std::move(o.token.token), done_reason_);  // the helper sampled it
+      if (o.advanced) return conclude(std::move(o.result.token), done_reason_);  // the helper sampled it
       Error e = accept_step(std::move(o.step));
       if (e) {
         set_active(false);

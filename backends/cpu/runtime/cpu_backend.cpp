@@ -151,7 +151,7 @@ constexpr int64_t kGemmMinRows = 16;
 // The most parts of the blocks that the threads of a multi-tile linear split (one per thread).
 constexpr int kMaxParts = 64;
 // A one-row linear over at least this many blocks (the lm_head of a 49,152-token vocabulary has 3,072)
-// runs in items like several rows: smaller ones keep one range per thread (see run_linear).
+// runs in items like several rows: smaller ones keep one range per thread (see linear_rows).
 constexpr int64_t kDecodeItemsMinBlocks = 1024;
 
 // Prefill of a float-activation linear: each pair of blocks (32 weight rows) is dequantized once
@@ -227,21 +227,10 @@ void append_rows(const PackedWeight& w, const Tensor& x, Tensor& out, std::vecto
 
 Error linear_rows(const Handle& h, const Rows& r);
 
-Error run_linear(const Handle& h, KernelArgs args) {
-  Tensor& x = args[0].tensor;
-  Tensor& out = args[1].tensor;
-  EMBER_TRY(check_and_size(h, x, out));
-  // Reused by the calling thread from call to call (the workers read them through `r`).
-  thread_local std::vector<const float*> xs;
-  thread_local std::vector<float*> ys;
-  xs.clear();
-  ys.clear();
-  append_rows(h.w, x, out, &xs, &ys);
-  return linear_rows(h, Rows{xs.data(), ys.data(), static_cast<int64_t>(xs.size()), x.ptr<float>(), out.ptr<float>()});
-}
-
-// The rows of n calls in one pass over the weight (Backend::execute_stacked).
-Error run_linear_stacked(const Handle& h, Tensor* const* in, Tensor* const* out, size_t n) {
+// The rows of n calls in one pass over the weight: one call (execute) or several sessions' at once
+// (Backend::execute_stacked).
+Error run_linear_calls(const Handle& h, Tensor* const* in, Tensor* const* out, size_t n) {
+  // Reused by the calling thread from call to call (the workers read them through the Rows).
   thread_local std::vector<const float*> xs;
   thread_local std::vector<float*> ys;
   xs.clear();
@@ -250,7 +239,10 @@ Error run_linear_stacked(const Handle& h, Tensor* const* in, Tensor* const* out,
     EMBER_TRY(check_and_size(h, *in[j], *out[j]));
     append_rows(h.w, *in[j], *out[j], &xs, &ys);
   }
-  return linear_rows(h, Rows{xs.data(), ys.data(), static_cast<int64_t>(xs.size()), nullptr, nullptr});
+  // One call's rows are one matrix each way, which the GEMM path and the float kernels read in place.
+  const bool one = n == 1;
+  return linear_rows(h, Rows{xs.data(), ys.data(), static_cast<int64_t>(xs.size()), one ? in[0]->ptr<float>() : nullptr,
+                             one ? out[0]->ptr<float>() : nullptr});
 }
 
 Error linear_rows(const Handle& h, const Rows& r) {
@@ -461,13 +453,16 @@ class CpuBackend final : public Backend {
     if (args.n != 2 || !args[0].is_tensor() || !args[1].is_tensor()) {
       return CPU_ERROR(kInvalidProgram, "a delegate call takes one input and one output tensor, got %d values", args.n);
     }
-    return h.op == Op::kLinear ? run_linear(h, args) : run_embedding(h, args);
+    if (h.op == Op::kEmbedding) return run_embedding(h, args);
+    Tensor* in = &args[0].tensor;
+    Tensor* out = &args[1].tensor;
+    return run_linear_calls(h, &in, &out, 1);
   }
 
   Error execute_stacked(void* handle, KernelContext&, Tensor* const* in, Tensor* const* out, size_t n) override {
     const Handle& h = *static_cast<const Handle*>(handle);
     if (h.op != Op::kLinear) return CPU_ERROR(kNotSupported, "only linears stack their rows");
-    return run_linear_stacked(h, in, out, n);
+    return run_linear_calls(h, in, out, n);
   }
 
   void destroy(void* handle) override { delete static_cast<Handle*>(handle); }
