@@ -26,6 +26,14 @@ uint64_t xgetbv0() {
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);  // the 12 characters come in EBX, EDX, ECX
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    if (std::strcmp(vendor, "GenuineIntel") == 0) f.vendor = CpuVendor::kIntel;
+    else if (std::strcmp(vendor, "AuthenticAMD") == 0) f.vendor = CpuVendor::kAmd;
+  }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1;
   const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
@@ -100,6 +108,15 @@ const IsaChoice& isa_choice() {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = detect();
   return features;
+}
+
+const char* cpu_vendor_name(CpuVendor vendor) {
+  switch (vendor) {
+    case CpuVendor::kIntel: return "intel";
+    case CpuVendor::kAmd: return "amd";
+    case CpuVendor::kOther: break;
+  }
+  return "other";
 }
 
 const std::string& cpu_model_name() {

@@ -105,11 +105,19 @@ struct BlockKernels {
   FloatBlockFn float8[kMaxM] = {};
   DequantBlockFn dequant4 = nullptr;
   DequantBlockFn dequant8 = nullptr;
-  // Single-row linears over 4-bit weights in the earlier, non-interleaved layout (packed_weight.h)
-  // ask for the next block of their range (into L2) while the current one computes. A tuning
-  // choice of the level, measured per machine: on a Zen 4 (AVX-512) +7-35% decode; on a Zen 3
-  // (AVX2) -9-13% (the hardware prefetcher alone keeps more reads in flight there).
+  // Single-row linears (decode) ask for the next block of their range (into L2) while the current
+  // one computes, where that was measured to pay (a tuning choice, never a change of results):
+  // prefetch_next_block: over 4-bit weights in the earlier, non-interleaved layout (packed_weight.h),
+  // set by the level: on a Zen 4 (AVX-512) +7-35% decode; on a Zen 3 (AVX2) -9-13% (the hardware
+  // prefetcher alone keeps more reads in flight there); for 8-bit weights -10-20% on the Zen 4, and
+  // interleaved blocks, one sequential stream, lost there too (26 against 27-30 GB/s).
+  // prefetch_every_block: over every packed weight, set on Intel CPUs (block_kernels()): on a 2-core
+  // Intel Xeon VM (AVX-512 VNNI + AMX), SmolLM2 decode steps alternating in one process, with against
+  // without: -12% to -20% at avx512vnni (int8 x int4 weights), -20% at avx2, -18% with fp32
+  // activations (`gguf`), -24% over 8-bit weights (why the hardware prefetchers alone fall short
+  // there was not measured; Intel's L2 streamer stops at each 4 KiB page).
   bool prefetch_next_block = false;
+  bool prefetch_every_block = false;
 };
 
 // The table for kernel_isa(), built on first use (thread-safe).

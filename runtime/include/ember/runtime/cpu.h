@@ -19,8 +19,13 @@
 
 namespace ember {
 
-// What the CPU (and the OS, for AVX state) supports. All false on non-x86 builds.
+// Who made the CPU (CPUID's vendor string): kernels tune a few memory-access choices by it (their
+// tables say which), never their results.
+enum class CpuVendor : int { kOther = 0, kIntel = 1, kAmd = 2 };
+
+// What the CPU (and the OS, for AVX state) supports. All false (vendor kOther) on non-x86 builds.
 struct CpuFeatures {
+  CpuVendor vendor = CpuVendor::kOther;
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
@@ -42,6 +47,8 @@ enum class KernelIsa : int {
 };
 
 const CpuFeatures& cpu_features();
+// "intel" / "amd" / "other".
+const char* cpu_vendor_name(CpuVendor vendor);
 // The CPU's model name ("AMD EPYC 7B13", ...), or "" when unknown.
 const std::string& cpu_model_name();
 // "portable" / "avx2" / "avx512" / "avx512vnni".
