@@ -26,8 +26,11 @@ STEPS = 32
 # step. In these tiny models one such flip moves the logits by up to ~5e-4 of the largest, and
 # the change fades over the following steps; 1 in 6 of the traces below shows one. Greedy tokens
 # must still match; the kernels themselves are held to 1e-4 on identical inputs
-# (tests/runtime/test_kv_cache_kernels.py).
-RTOL = {"fp16": 1e-4, "int8": 2e-3}
+# (tests/runtime/test_kv_cache_kernels.py). An fp16 cache rounds each key and value to fp16 the same
+# way: a value whose fp32 inputs differ by an ulp can round to the neighbouring fp16 (4.9e-4 apart,
+# relative); on an Intel Xeon (PyTorch's fp32 kernels rounding differently there than on a Zen 4) one
+# such flip moved llama's logits by 1.7e-4 of the largest at step 21, with the kernels unchanged.
+RTOL = {"fp16": 5e-4, "int8": 2e-3}
 
 
 def _export(case: str, kv_dtype: str, tmp_path: Path):
