@@ -283,9 +283,14 @@ Error linear_rows(const Handle& h, const Rows& r) {
   const int64_t span = expanded ? std::max<int64_t>(1, kSpanBytes / static_cast<int64_t>(w.block_bytes)) : 1;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
-  // One row (decode, memory-bound): where BlockKernels says it pays, each block asks for the next one
-  // of its thread's range (into L2) while it computes.
-  const bool prefetch = M == 1 && (bk.prefetch_every_block || (bk.prefetch_next_block && !w.interleaved && w.bits == 4));
+  // Where BlockKernels says it pays, each block's kernel asks for the next block of its range (into
+  // L2) a share per group as it computes (Coeffs::next_block); over several rows, only the first
+  // tile's pass does, the others find the block in cache.
+  const bool prefetch =
+      bk.prefetch_every_block || (M == 1 && bk.prefetch_next_block && !w.interleaved && w.bits == 4);
+  const auto next_of = [&](int64_t blk, int64_t b1, int64_t m0) -> const uint8_t* {
+    return prefetch && m0 == 0 && blk + 1 < b1 ? w.block(blk + 1) : nullptr;
+  };
   // Blocks [b0, b1) against rows [r0, r1) (r0 a multiple of kMaxM), on the calling thread.
   const auto run_range = [&](int64_t b0, int64_t b1, int64_t r0, int64_t r1) {
     thread_local std::vector<float> coeffs;
@@ -294,17 +299,10 @@ Error linear_rows(const Handle& h, const Rows& r) {
     float* s = coeffs.data();
     float* c = s + G * kRows;
     float tile[kMaxM * kRows];
-    // Block blk + 1 of the range ending at b1 into L2 (prefetcht2). On a Zen 4, into L1 lost. Single
-    // rows only: over several rows (batched decode) the kernels are compute-bound, and on a Zen 3 the
-    // prefetches then stalled the loop (half of its time outside the kernels).
-    const auto prefetch_next = [&](int64_t blk, int64_t b1) {
-      if (blk + 1 >= b1) return;
-      const uint8_t* next = w.block(blk + 1);
-      for (size_t off = 0; off < w.block_bytes; off += 64) __builtin_prefetch(next + off, 0, 1);
-    };
     // Rows [m0, m0 + mb) against block blk: the kernel (xq: the tile's expanded activations, or
-    // null), then the tile into y with the per-token scale and zero point and the bias.
-    const auto block_tile = [&](int64_t blk, int64_t m0, int mb, const int8_t* xq) {
+    // null; next: the block to prefetch meanwhile, or null), then the tile into y with the per-token
+    // scale and zero point and the bias.
+    const auto block_tile = [&](int64_t blk, int64_t m0, int mb, const int8_t* xq, const uint8_t* next) {
       // Blobs that store all of a block's codes first (not interleaved, as written before
       // 2026-11-26): the coefficients follow them, so the hardware prefetcher, following the codes,
       // reaches them only at the end, while the kernel needs group g's right after group g's codes:
@@ -313,7 +311,9 @@ Error linear_rows(const Handle& h, const Rows& r) {
       // queue instead: +1-2% decode without.
       if (M > 1 && !w.interleaved)
         for (size_t off = coeff_begin; off < w.block_bytes; off += 64) __builtin_prefetch(w.block(blk) + off, 0, 3);
-      const Coeffs co = block_coefficients(h, blk, s, c);
+      Coeffs co = block_coefficients(h, blk, s, c);
+      co.next_block = next;
+      co.next_bytes = next != nullptr ? static_cast<int64_t>(w.block_bytes) : 0;
       const uint8_t* codes = w.block(blk);
       const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
       if (xq != nullptr) {
@@ -345,18 +345,14 @@ Error linear_rows(const Handle& h, const Rows& r) {
         for (int64_t m0 = r0; m0 < r1; m0 += kMaxM) {
           const int mb = static_cast<int>(std::min<int64_t>(kMaxM, r1 - m0));
           bk.expand_int4(act.q.data() + m0 * K, K, mb, K, expanded_rows.data());
-          for (int64_t blk = s0; blk < s1; ++blk) {
-            if (prefetch) prefetch_next(blk, b1);
-            block_tile(blk, m0, mb, expanded_rows.data());
-          }
+          for (int64_t blk = s0; blk < s1; ++blk) block_tile(blk, m0, mb, expanded_rows.data(), next_of(blk, b1, m0));
         }
       }
       return;
     }
     for (int64_t blk = b0; blk < b1; ++blk) {
-      if (prefetch) prefetch_next(blk, b1);
       for (int64_t m0 = r0; m0 < r1; m0 += kMaxM) {
-        block_tile(blk, m0, static_cast<int>(std::min<int64_t>(kMaxM, r1 - m0)), nullptr);
+        block_tile(blk, m0, static_cast<int>(std::min<int64_t>(kMaxM, r1 - m0)), nullptr, next_of(blk, b1, m0));
       }
     }
   };

@@ -48,8 +48,19 @@ struct Coeffs {
   float ze = 0.0f;
   int64_t group_bytes = 0;
   int64_t param_stride = 16;
+  // The block its caller runs next (next_bytes long), or null: each kernel asks for it into L2
+  // (prefetcht2) a share at a time as it starts each of its groups (prefetch_share), so the reads
+  // stay in flight while the block computes instead of stalling the core on a burst of requests.
+  const uint8_t* next_block = nullptr;
+  int64_t next_bytes = 0;
 
   const uint8_t* group_codes(const uint8_t* codes, int64_t g) const { return codes + g * group_bytes; }
+  // Group g's share (of G) of next_block's cache lines, from where group g - 1's ended.
+  void prefetch_share(int64_t g, int64_t G) const {
+    if (next_block == nullptr) return;
+    const int64_t end = g + 1 == G ? next_bytes : (next_bytes * (g + 1) / G) & ~int64_t{63};
+    for (int64_t off = (next_bytes * g / G) & ~int64_t{63}; off < end; off += 64) __builtin_prefetch(next_block + off, 0, 1);
+  }
 };
 
 // Whether an int kernel's group step folds the weights' zero point into the integer sum: symmetric
@@ -105,17 +116,25 @@ struct BlockKernels {
   FloatBlockFn float8[kMaxM] = {};
   DequantBlockFn dequant4 = nullptr;
   DequantBlockFn dequant8 = nullptr;
-  // Single-row linears (decode) ask for the next block of their range (into L2) while the current
-  // one computes, where that was measured to pay (a tuning choice, never a change of results):
-  // prefetch_next_block: over 4-bit weights in the earlier, non-interleaved layout (packed_weight.h),
-  // set by the level: on a Zen 4 (AVX-512) +7-35% decode; on a Zen 3 (AVX2) -9-13% (the hardware
-  // prefetcher alone keeps more reads in flight there); for 8-bit weights -10-20% on the Zen 4, and
-  // interleaved blocks, one sequential stream, lost there too (26 against 27-30 GB/s).
-  // prefetch_every_block: over every packed weight, set on Intel CPUs (block_kernels()): on a 2-core
-  // Intel Xeon VM (AVX-512 VNNI + AMX), SmolLM2 decode steps alternating in one process, with against
-  // without: -12% to -20% at avx512vnni (int8 x int4 weights), -20% at avx2, -18% with fp32
-  // activations (`gguf`), -24% over 8-bit weights (why the hardware prefetchers alone fall short
-  // there was not measured; Intel's L2 streamer stops at each 4 KiB page).
+  // Linears ask for the next block of their range into L2 while the current one computes (Coeffs::
+  // next_block, a share per group), where that was measured to pay (a tuning choice, never a change
+  // of results):
+  // prefetch_next_block: single rows over 4-bit weights in the earlier, non-interleaved layout
+  // (packed_weight.h), set by the level: on a Zen 4 (AVX-512) +7-35% decode (measured with the whole
+  // next block asked for at once; spread as below since, not measured again there); on a Zen 3 (AVX2) -9-13% (the hardware prefetcher alone keeps more reads in
+  // flight there); for 8-bit weights -10-20% on the Zen 4, and interleaved blocks, one sequential
+  // stream, lost there too (26 against 27-30 GB/s).
+  // prefetch_every_block: every linear over every packed weight, set on Intel CPUs (block_kernels()).
+  // On a 2-core Intel Xeon VM (AVX-512 VNNI + AMX), SmolLM2 steps alternating in one process: the
+  // whole next block asked for at once, one row only, against nothing: decode -12% to -20% at
+  // avx512vnni, -20% at avx2, -18% with fp32 activations (`gguf`), -24% over 8-bit weights; then a
+  // share per group against that: decode -8% more (avx512vnni), -11% (avx2), -20% (`gguf`), 4
+  // sessions batched -21% (avx512vnni), -17% (avx2), -19% (`gguf-a8`), a 12-token prefill -12%,
+  // 128-token prefill within 2% either way. A burst of a block's 80-220 requests stalls the core on
+  // its fill buffers; spread over the block's groups they stay in flight while it computes (a
+  // standalone loop over 64 MiB of 4-bit blocks, 4 rows, one thread: 7.5 GB/s without prefetch, 11.5
+  // in bursts, 16.0 spread, 17.9 with the blocks in L2; one row: 19.9 in bursts, 23.4 spread). Why the hardware prefetchers alone fall short there was not
+  // measured; Intel's L2 streamer stops at each 4 KiB page.
   bool prefetch_next_block = false;
   bool prefetch_every_block = false;
 };

@@ -71,6 +71,7 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
   const __m256i ones = _mm256_set1_epi16(1);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
     __m256i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
@@ -101,6 +102,7 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
                           const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out, int h) {
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
     __m256i da[MB], db[MB];  // rows 0-3 and 4-7 of the half, two pair sums per row
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm256_setzero_si256();
     for (int64_t j = 0; j < wpg; ++j) {
@@ -177,6 +179,7 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
     __m256 part[PASSES][MB];
     const uint8_t* gc = co.group_codes(codes, g);
     float_pass<BITS, MB, 0, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[0]);
@@ -242,6 +245,7 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
   zero_tile<MB>(out, 0);
   zero_tile<MB>(out, 1);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(g, G);
     __m256i d[2][MB];
     for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
@@ -329,6 +333,7 @@ EMBER_AVX2_F16C void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg,
   constexpr int W = BITS == 4 ? 8 : 4;
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(g, G);
     for (int h = 0; h < 2; ++h) {
       __m256 sv, cv;
       coeffs256(co, g, 8 * h, &sv, &cv);

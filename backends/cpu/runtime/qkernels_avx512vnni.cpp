@@ -24,6 +24,7 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_share(g, G);
     __m512i d0[MB], d1[MB];
     for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
     for (int64_t j = 0; j < wpg; ++j) {
