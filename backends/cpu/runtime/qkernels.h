@@ -59,7 +59,8 @@ struct Coeffs {
   void prefetch_share(int64_t g, int64_t G) const {
     if (next_block == nullptr) return;
     const int64_t end = g + 1 == G ? next_bytes : (next_bytes * (g + 1) / G) & ~int64_t{63};
-    for (int64_t off = (next_bytes * g / G) & ~int64_t{63}; off < end; off += 64) __builtin_prefetch(next_block + off, 0, 1);
+    for (int64_t off = (next_bytes * g / G) & ~int64_t{63}; off < end; off += 64)
+      __builtin_prefetch(next_block + off, 0, 1);
   }
 };
 
@@ -121,9 +122,11 @@ struct BlockKernels {
   // of results):
   // prefetch_next_block: single rows over 4-bit weights in the earlier, non-interleaved layout
   // (packed_weight.h), set by the level: on a Zen 4 (AVX-512) +7-35% decode (measured with the whole
-  // next block asked for at once; spread as below since, not measured again there); on a Zen 3 (AVX2) -9-13% (the hardware prefetcher alone keeps more reads in
-  // flight there); for 8-bit weights -10-20% on the Zen 4, and interleaved blocks, one sequential
-  // stream, lost there too (26 against 27-30 GB/s).
+  // next block asked for at once; spread as below since, not measured again there); on a Zen 3 (AVX2)
+  // -9-13% (the hardware prefetcher alone keeps more reads in flight there); for 8-bit weights
+  // -10-20% on the Zen 4, and interleaved blocks, one sequential stream, lost there too (26 against
+  // 27-30 GB/s). Over several rows the Zen 3 stalled on the prefetches (half of a step outside the
+  // kernels).
   // prefetch_every_block: every linear over every packed weight, set on Intel CPUs (block_kernels()).
   // On a 2-core Intel Xeon VM (AVX-512 VNNI + AMX), SmolLM2 steps alternating in one process: the
   // whole next block asked for at once, one row only, against nothing: decode -12% to -20% at
@@ -132,9 +135,10 @@ struct BlockKernels {
   // sessions batched -21% (avx512vnni), -17% (avx2), -19% (`gguf-a8`), a 12-token prefill -12%,
   // 128-token prefill within 2% either way. A burst of a block's 80-220 requests stalls the core on
   // its fill buffers; spread over the block's groups they stay in flight while it computes (a
-  // standalone loop over 64 MiB of 4-bit blocks, 4 rows, one thread: 7.5 GB/s without prefetch, 11.5
-  // in bursts, 16.0 spread, 17.9 with the blocks in L2; one row: 19.9 in bursts, 23.4 spread). Why the hardware prefetchers alone fall short there was not
-  // measured; Intel's L2 streamer stops at each 4 KiB page.
+  // standalone loop over 64 MiB of 4-bit blocks, one thread, 4 rows: 7.5 GB/s without prefetch, 11.5
+  // in bursts, 16.0 spread, 17.9 with the blocks in L2; one row: 19.9 in bursts, 23.4 spread). Why
+  // the hardware prefetchers alone fall short there was not measured; Intel's L2 streamer stops at
+  // each 4 KiB page.
   bool prefetch_next_block = false;
   bool prefetch_every_block = false;
 };

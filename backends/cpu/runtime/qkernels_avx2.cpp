@@ -333,7 +333,6 @@ EMBER_AVX2_F16C void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg,
   constexpr int W = BITS == 4 ? 8 : 4;
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     for (int h = 0; h < 2; ++h) {
       __m256 sv, cv;
       coeffs256(co, g, 8 * h, &sv, &cv);

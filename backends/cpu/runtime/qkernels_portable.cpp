@@ -96,7 +96,6 @@ template <int BITS>
 void dequant_block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo) {
   constexpr int W = BITS == 4 ? 8 : 4;
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     for (int r = 0; r < 16; ++r) {
       float s, c;
       coeffs_at(co, g * co.param_stride + r, &s, &c);
