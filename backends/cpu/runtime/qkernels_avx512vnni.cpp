@@ -27,21 +27,36 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
     co.prefetch_share(g, G);
     __m512i d0[MB], d1[MB];
     for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
-    for (int64_t j = 0; j < wpg; ++j) {
-      const int64_t w = g * wpg + j;
-      const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
-      if (BITS == 4) {
+    const uint8_t* gc = co.group_codes(codes, g);
+    if (BITS == 4) {
+      for (int64_t j = 0; j < wpg; ++j) {
+        const __m512i v = _mm512_loadu_si512(gc + j * 64);
         const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         for (int m = 0; m < MB; ++m) {
-          const int8_t* qm = q + m * lda + w * W;
+          const int8_t* qm = q + m * lda + (g * wpg + j) * W;
           d0[m] = _mm512_dpbusd_epi32(d0[m], lo, _mm512_set1_epi32(load32(qm)));
           d1[m] = _mm512_dpbusd_epi32(d1[m], hi, _mm512_set1_epi32(load32(qm + 4)));
         }
-      } else {
+      }
+    } else {
+      // Words in pairs, the even one into d0 and the odd one into d1: choosing the chain by the
+      // word's parity at run time (WPG = 0: per-channel weights, groups other than 32) kept every
+      // accumulator in memory, a store and a load around each VPDPBUSD. SmolLM2 `--qlinear 8da8w
+      // --qlinear-group-size 0`, steps alternating in one process on a 2-core Intel Xeon VM:
+      // decode -12.4%, 4 sessions batched -11.1%.
+      int64_t j = 0;
+      for (; j + 1 < wpg; j += 2) {
+        const __m512i v0 = _mm512_loadu_si512(gc + j * 64), v1 = _mm512_loadu_si512(gc + j * 64 + 64);
         for (int m = 0; m < MB; ++m) {
-          __m512i& d = (j & 1) ? d1[m] : d0[m];
-          d = _mm512_dpbusd_epi32(d, v, _mm512_set1_epi32(load32(q + m * lda + w * W)));
+          const int8_t* qm = q + m * lda + (g * wpg + j) * W;
+          d0[m] = _mm512_dpbusd_epi32(d0[m], v0, _mm512_set1_epi32(load32(qm)));
+          d1[m] = _mm512_dpbusd_epi32(d1[m], v1, _mm512_set1_epi32(load32(qm + W)));
         }
+      }
+      if (j < wpg) {
+        const __m512i v0 = _mm512_loadu_si512(gc + j * 64);
+        for (int m = 0; m < MB; ++m)
+          d0[m] = _mm512_dpbusd_epi32(d0[m], v0, _mm512_set1_epi32(load32(q + m * lda + (g * wpg + j) * W)));
       }
     }
     __m512 p[MB];
