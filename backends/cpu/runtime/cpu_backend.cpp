@@ -284,7 +284,7 @@ Error linear_rows(const Handle& h, const Rows& r) {
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
   // Where BlockKernels says it pays, each block's kernel asks for the next block of its range (into
-  // L2) a share per group as it computes (Coeffs::next_block); over several rows, only the first
+  // L2) a share at a time as it computes (Coeffs::prefetch_word); over several rows, only the first
   // tile's pass does, the others find the block in cache.
   const bool prefetch =
       bk.prefetch_every_block || (M == 1 && bk.prefetch_next_block && !w.interleaved && w.bits == 4);

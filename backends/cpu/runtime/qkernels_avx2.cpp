@@ -71,10 +71,10 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
   const __m256i ones = _mm256_set1_epi16(1);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
     __m256i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
+      co.prefetch_word(g, j0, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
       __m256i p16[MB];
       for (int m = 0; m < MB; ++m) p16[m] = _mm256_setzero_si256();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
@@ -102,10 +102,10 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
                           const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out, int h) {
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
     __m256i da[MB], db[MB];  // rows 0-3 and 4-7 of the half, two pair sums per row
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm256_setzero_si256();
     for (int64_t j = 0; j < wpg; ++j) {
+      co.prefetch_word(g, j, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
       const int64_t w = g * wpg + j;
       const __m256i v = load256(co.group_codes(codes, g) + j * 64 + 32 * h);
       const __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
@@ -147,11 +147,13 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline __m256 tree_sum(const __m2
   else return _mm256_add_ps(tree_sum<N / 2>(a), tree_sum<N / 2>(a + N / 2));
 }
 
-// One pass of float_half over a group's words (gcodes: its first word; w0: that word's index, for
+// One pass of float_half over group g's words (gcodes: its first word; w0: that word's index, for
 // the activations): positions [K0, K0 + CP) of every word, MB rows; sum[m] receives the pairwise
-// sum of the row's CP chains.
+// sum of the row's CP chains. The first pass (K0 = 0) asks for the next block's shares (Coeffs::
+// prefetch_word).
 template <int BITS, int MB, int K0, int CP>
-EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint8_t* gcodes, int64_t w0, int64_t wpg,
+EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const Coeffs& co, int64_t g, int64_t G,
+                                                                      const uint8_t* gcodes, int64_t w0, int64_t wpg,
                                                                       const float* x, int64_t lda, int h,
                                                                       __m256i mask, __m256 (&sum)[MB]) {
   constexpr int W = BITS == 4 ? 8 : 4;
@@ -159,6 +161,7 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const uint
   for (int m = 0; m < MB; ++m)
     for (int c = 0; c < CP; ++c) a[m][c] = _mm256_setzero_ps();
   for (int64_t w = w0; w < w0 + wpg; ++w) {
+    if constexpr (K0 == 0) co.prefetch_word(g, w - w0, G, wpg, h, 2);
     const __m256i v = load256(gcodes + (w - w0) * 64 + 32 * h);
     for (int c = 0; c < CP; ++c) {
       const __m256 u = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, code_shift<BITS>(K0 + c)), mask));
@@ -179,14 +182,13 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(h * G + g, 2 * G);  // the block runs in two halves: half h takes its share
-    __m256 part[PASSES][MB];
+    __m256 part[PASSES][MB];  // the block runs in two halves: half h takes its shares (float_pass)
     const uint8_t* gc = co.group_codes(codes, g);
-    float_pass<BITS, MB, 0, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[0]);
-    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[1]);
+    float_pass<BITS, MB, 0, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[0]);
+    if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[1]);
     if constexpr (PASSES > 2) {
-      float_pass<BITS, MB, 2 * CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[2]);
-      float_pass<BITS, MB, 3 * CP, CP>(gc, g * wpg, wpg, x, lda, h, mask, part[3]);
+      float_pass<BITS, MB, 2 * CP, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[2]);
+      float_pass<BITS, MB, 3 * CP, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[3]);
     }
     static_assert(PASSES == 1 || PASSES == 2 || PASSES == 4, "1, 2 or 4 passes");
     __m256 p[MB];
@@ -245,10 +247,10 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
   zero_tile<MB>(out, 0);
   zero_tile<MB>(out, 1);
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     __m256i d[2][MB];
     for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
+      co.prefetch_word(g, j0, G, wpg);
       __m256i p16[2][MB];
       for (int m = 0; m < MB; ++m) p16[0][m] = p16[1][m] = _mm256_setzero_si256();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);

@@ -25,7 +25,6 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     __m512i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm512_setzero_si512();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
@@ -33,6 +32,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
       for (int m = 0; m < MB; ++m) p16[m] = _mm512_setzero_si512();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
       for (int64_t j = j0; j < j1; ++j) {
+        co.prefetch_word(g, j, G, wpg);
         const int64_t w = g * wpg + j;
         const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
         const __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
@@ -69,10 +69,10 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     __m512i da[MB], db[MB];
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm512_setzero_si512();
     for (int64_t j = 0; j < wpg; ++j) {
+      co.prefetch_word(g, j, G, wpg);
       const int64_t w = g * wpg + j;
       const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       const __m512i u0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(v));
@@ -111,11 +111,11 @@ EMBER_AVX512 void float4_block(const uint8_t* codes, int64_t G, int64_t wpg, con
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     __m512 c[MB][4];
     for (int m = 0; m < MB; ++m)
       for (int i = 0; i < 4; ++i) c[m][i] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {
+      co.prefetch_word(g, j, G, wpg);
       const int64_t w = g * wpg + j;
       const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       for (int i = 0; i < 8; ++i) {
@@ -139,10 +139,10 @@ EMBER_AVX512 void float8_block(const uint8_t* codes, int64_t G, int64_t wpg, con
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     __m512 p0[MB], p1[MB];
     for (int m = 0; m < MB; ++m) p0[m] = p1[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {
+      co.prefetch_word(g, j, G, wpg);
       const int64_t w = g * wpg + j;
       const __m512i v = _mm512_loadu_si512(co.group_codes(codes, g) + j * 64);
       for (int i = 0; i < 4; ++i) {

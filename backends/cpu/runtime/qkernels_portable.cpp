@@ -43,9 +43,9 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
   for (int64_t g = 0; g < G; ++g) {
-    co.prefetch_share(g, G);
     S p[MB][16] = {};
     for (int64_t j = 0; j < wpg; ++j) {
+      co.prefetch_word(g, j, G, wpg);
       const uint8_t* words = co.group_codes(codes, g) + j * 64;
       const int64_t k = (g * wpg + j) * W;
       for (int r = 0; r < 16; ++r) {
