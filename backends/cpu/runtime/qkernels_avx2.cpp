@@ -71,10 +71,11 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
   const __m256i ones = _mm256_set1_epi16(1);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
     __m256i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
-      co.prefetch_word(g, j0, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
+      co.prefetch_word(g, j0, G, wpg, h, 2);
       __m256i p16[MB];
       for (int m = 0; m < MB; ++m) p16[m] = _mm256_setzero_si256();
       const int64_t j1 = std::min<int64_t>(wpg, j0 + 4);
@@ -102,10 +103,11 @@ EMBER_AVX2_F16C void int8_half(const uint8_t* codes, int64_t G, int64_t wpg, con
                           const int8_t* q, int64_t lda, const float* asum, const float* ascale, float* out, int h) {
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
     __m256i da[MB], db[MB];  // rows 0-3 and 4-7 of the half, two pair sums per row
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm256_setzero_si256();
     for (int64_t j = 0; j < wpg; ++j) {
-      co.prefetch_word(g, j, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
+      co.prefetch_word(g, j, G, wpg, h, 2);
       const int64_t w = g * wpg + j;
       const __m256i v = load256(co.group_codes(codes, g) + j * 64 + 32 * h);
       const __m256i u0 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
@@ -149,8 +151,8 @@ EMBER_AVX2_F16C __attribute__((always_inline)) inline __m256 tree_sum(const __m2
 
 // One pass of float_half over group g's words (gcodes: its first word; w0: that word's index, for
 // the activations): positions [K0, K0 + CP) of every word, MB rows; sum[m] receives the pairwise
-// sum of the row's CP chains. The first pass (K0 = 0) asks for the next block's shares (Coeffs::
-// prefetch_word).
+// sum of the row's CP chains. The first pass (K0 = 0) asks for the next block's shares past the
+// group's first (Coeffs::prefetch_word).
 template <int BITS, int MB, int K0, int CP>
 EMBER_AVX2_F16C __attribute__((always_inline)) inline void float_pass(const Coeffs& co, int64_t g, int64_t G,
                                                                       const uint8_t* gcodes, int64_t w0, int64_t wpg,
@@ -182,7 +184,8 @@ EMBER_AVX2_F16C void float_half(const uint8_t* codes, int64_t G, int64_t wpg, co
   const __m256i mask = _mm256_set1_epi32(BITS == 4 ? 15 : 255);
   zero_tile<MB>(out, h);
   for (int64_t g = 0; g < G; ++g) {
-    __m256 part[PASSES][MB];  // the block runs in two halves: half h takes its shares (float_pass)
+    co.prefetch_group(g, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
+    __m256 part[PASSES][MB];
     const uint8_t* gc = co.group_codes(codes, g);
     float_pass<BITS, MB, 0, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[0]);
     if constexpr (PASSES > 1) float_pass<BITS, MB, CP, CP>(co, g, G, gc, g * wpg, wpg, x, lda, h, mask, part[1]);
@@ -247,6 +250,7 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
   zero_tile<MB>(out, 0);
   zero_tile<MB>(out, 1);
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     __m256i d[2][MB];
     for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = _mm256_setzero_si256();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {

@@ -25,6 +25,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     __m512i d[MB];
     for (int m = 0; m < MB; ++m) d[m] = _mm512_setzero_si512();
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
@@ -69,6 +70,7 @@ EMBER_AVX512 void int8_block(const uint8_t* codes, int64_t G, int64_t wpg, const
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     __m512i da[MB], db[MB];
     for (int m = 0; m < MB; ++m) da[m] = db[m] = _mm512_setzero_si512();
     for (int64_t j = 0; j < wpg; ++j) {
@@ -111,6 +113,7 @@ EMBER_AVX512 void float4_block(const uint8_t* codes, int64_t G, int64_t wpg, con
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     __m512 c[MB][4];
     for (int m = 0; m < MB; ++m)
       for (int i = 0; i < 4; ++i) c[m][i] = _mm512_setzero_ps();
@@ -139,6 +142,7 @@ EMBER_AVX512 void float8_block(const uint8_t* codes, int64_t G, int64_t wpg, con
   __m512 acc[MB];
   for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     __m512 p0[MB], p1[MB];
     for (int m = 0; m < MB; ++m) p0[m] = p1[m] = _mm512_setzero_ps();
     for (int64_t j = 0; j < wpg; ++j) {

@@ -43,6 +43,7 @@ void block(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const
   constexpr int W = BITS == 4 ? 8 : 4;
   float acc[MB][16] = {};
   for (int64_t g = 0; g < G; ++g) {
+    co.prefetch_group(g, G, wpg);
     S p[MB][16] = {};
     for (int64_t j = 0; j < wpg; ++j) {
       co.prefetch_word(g, j, G, wpg);
