@@ -31,15 +31,6 @@ namespace cpu {
 
 constexpr int kMaxM = 4;  // activation rows sharing one pass over a weight block
 
-// One block's coefficients, read by the kernels group by group: s = scale[g][r] and
-// c = m - s * ze, with m = offset[g][r] (or m_const when offset is null). The packed scales and
-// offsets are read in place when the format allows (fp32 or fp16 scales, a constant zero point,
-// offsets of the scale's type); otherwise block_coeffs precomputes s and c in fp32 and this
-// holds them with ze = 0.
-// Group g's code words start at codes + g * group_bytes (the word j at + j * 64), and its 16 rows'
-// scales (offsets) at scale + g * param_stride (offset + g * param_stride) elements: the layouts of
-// packed_weight.h, where a group's coefficients follow its codes (interleaved) or all codes come
-// first, and the [G][16] arrays block_coeffs fills (param_stride 16).
 // Asks for the cache line at p into L2 (prefetcht2). An asm statement on x86: GCC 12 compiled
 // Coeffs::prefetch_word's __builtin_prefetch loop, inlined into the kernels, to nothing.
 inline void prefetch_l2(const void* p) {
@@ -50,6 +41,15 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+// One block's coefficients, read by the kernels group by group: s = scale[g][r] and
+// c = m - s * ze, with m = offset[g][r] (or m_const when offset is null). The packed scales and
+// offsets are read in place when the format allows (fp32 or fp16 scales, a constant zero point,
+// offsets of the scale's type); otherwise block_coeffs precomputes s and c in fp32 and this
+// holds them with ze = 0.
+// Group g's code words start at codes + g * group_bytes (the word j at + j * 64), and its 16 rows'
+// scales (offsets) at scale + g * param_stride (offset + g * param_stride) elements: the layouts of
+// packed_weight.h, where a group's coefficients follow its codes (interleaved) or all codes come
+// first, and the [G][16] arrays block_coeffs fills (param_stride 16).
 struct Coeffs {
   const void* scale = nullptr;   // [G] x 16, param_stride apart, fp32 or (half) fp16
   const void* offset = nullptr;  // the same in the scale's type, or null
@@ -69,7 +69,7 @@ struct Coeffs {
   // words: a share per group was a burst again. Steps alternating in one process on a 2-core Intel
   // Xeon VM, against a share per group: SmolLM2 8da4w (its tied lm_head is 8-bit per channel)
   // decode -10.6%, 4 sessions batched -7.5% (avx2: -5.6%, -4.8%); `q8` (8-bit per-channel
-  // linears) -20.8%; `--qlinear 8da8w --qlinear-group-size 0` -10.4%; `gguf` (groups of 32) +1%.
+  // linears) -20.8%; `--qlinear 8da8w --qlinear-group-size 0` -10.4%; groups of 32 (`gguf`) unchanged.
   static constexpr int64_t kShareWords = 8;
 
   const uint8_t* group_codes(const uint8_t* codes, int64_t g) const { return codes + g * group_bytes; }
