@@ -19,6 +19,7 @@
 #define EMBER_AVX2 __attribute__((target("avx2,fma")))
 #define EMBER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define EMBER_AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define EMBER_AVX512VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,fma")))
 
 namespace ember {
 // The sum of a ymm register's 8 floats.

@@ -268,6 +268,7 @@ PYBIND11_MODULE(_C, m) {
     py::dict features(py::arg("avx2") = f.avx2, py::arg("fma") = f.fma, py::arg("f16c") = f.f16c,
                       py::arg("avx512f") = f.avx512f, py::arg("avx512bw") = f.avx512bw,
                       py::arg("avx512vl") = f.avx512vl, py::arg("avx512_vnni") = f.avx512vnni,
+                      py::arg("avx512_vbmi") = f.avx512vbmi,
                       py::arg("avx_vnni") = f.avxvnni, py::arg("amx_tile") = f.amx_tile,
                       py::arg("amx_int8") = f.amx_int8);
     py::dict kernels;

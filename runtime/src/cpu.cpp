@@ -48,6 +48,7 @@ CpuFeatures detect() {
     f.avx512bw = avx512_state && ((b >> 30) & 1);
     f.avx512vl = avx512_state && ((b >> 31) & 1);
     f.avx512vnni = avx512_state && ((c >> 11) & 1);
+    f.avx512vbmi = avx512_state && ((c >> 1) & 1);
     f.amx_tile = amx_state && ((d >> 24) & 1);
     f.amx_int8 = amx_state && ((d >> 25) & 1);
   }

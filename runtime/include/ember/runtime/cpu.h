@@ -33,6 +33,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512vnni = false;  // VPDPBUSD on zmm/ymm
+  bool avx512vbmi = false;  // VPERMB (Ice Lake, Zen 4; not Skylake-X or Cascade Lake)
   bool avxvnni = false;     // VPDPBUSD with the VEX encoding (Alder Lake, Zen 5)
   bool amx_tile = false;
   bool amx_int8 = false;
