@@ -17,8 +17,11 @@ prose (prefill), then 128 greedy tokens (decode), EOS ignored, the cache cleared
   `bench` extra): the packaged Q4_1 file and Q4_0 / Q8_0 requantized from it with
   `llama_model_quantize`; flash attention on; timings from llama.cpp's own perf counters. When
   llama_cpp is not installed its rows say so and the rest still runs.
-- A bandwidth probe: a streaming read of a 1 GiB buffer by --threads threads (numpy reductions,
-  which release the GIL), the ceiling decode tok/s x bytes per token is compared against.
+- Two bandwidth probes, each the best of several reads by --threads threads (numpy's vectorized max,
+  which releases the GIL), that decode tok/s x file size is compared against: a 1 GiB buffer (DRAM), and
+  a buffer of each file's size read again and again, as decode re-reads its weights every token. Where
+  the last-level cache holds a good part of a file (a large shared L3), the second is the ceiling that
+  file can reach, and the DRAM share alone would overstate how close decode is to it.
 """
 
 from __future__ import annotations
@@ -59,15 +62,18 @@ class Row:
                 "decode_tokens_per_s": stat(self.decode), "note": self.note}
 
 
-def bandwidth_gbs(threads: int, mib: int = 1024, repeats: int = 5) -> float:
-    """Best of `repeats` streaming reads of a `mib` MiB buffer, split over `threads` threads."""
+def bandwidth_gbs(threads: int, mib: float = 1024, repeats: int = 5) -> float:
+    """Best of `repeats` streaming reads of a `mib` MiB buffer, split over `threads` threads (the
+    buffer written once first, so that every read finds it mapped and as cached as it gets).
+    np.max is vectorized (AVX2 / AVX-512): on a 2-core Xeon with a large L3, a 90 MiB buffer read
+    at 47 GB/s this way against 30 by the scalar bitwise_xor.reduce used before (1 GiB: 30 both)."""
     import numpy as np
 
-    buf = np.ones(mib * 2**20 // 8, dtype=np.int64)
+    buf = np.ones(max(1, int(mib * 2**20) // 8), dtype=np.int64)
     parts = np.array_split(buf, threads)
     best = 0.0
     for _ in range(repeats):
-        workers = [threading.Thread(target=np.bitwise_xor.reduce, args=(p,)) for p in parts]
+        workers = [threading.Thread(target=np.max, args=(p,)) for p in parts]
         t0 = time.perf_counter()
         for w in workers:
             w.start()
@@ -262,28 +268,39 @@ def main(argv: list[str] | None = None) -> int:
             row.decode.append(dec)
             time.sleep(0.2)
     bw = bandwidth_gbs(args.threads)
+    resident: dict[float, float] = {}  # file MiB -> GB/s re-reading a buffer of that size
+    for row, runner in runners:
+        if runner is not None and row.file_mib and round(row.file_mib, 1) not in resident:
+            resident[round(row.file_mib, 1)] = bandwidth_gbs(args.threads, row.file_mib, repeats=10)
+    rows = {}
+    for row, _ in runners:
+        rows[row.name] = row.summary()
+        rows[row.name]["reread_bandwidth_gbs"] = resident.get(round(row.file_mib, 1))
     result = {"machine": machine(), "threads": args.threads, "prompt_tokens": len(ids), "generated_tokens": args.gen_len,
-              "repeats": args.repeats, "read_bandwidth_gbs": bw,
-              "rows": {row.name: row.summary() for row, _ in runners}}
+              "repeats": args.repeats, "read_bandwidth_gbs": bw, "rows": rows}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     m = result["machine"]
     print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, ember kernels {m['isa']}; threads {args.threads}; "
-          f"streaming read {bw:.1f} GB/s")
+          f"streaming read of 1 GiB {bw:.1f} GB/s")
     print(f"SmolLM2-135M-Instruct, prompt {len(ids)} tokens, {args.gen_len} new tokens (greedy), "
           f"median (min-max) of {args.repeats} interleaved rounds")
-    print(f"{'':20}{'MiB':>7}{'prefill tok/s':>24}{'decode tok/s':>24}{'decode x MiB / read BW':>24}")
+    print("decode x MiB as a share of the 1 GiB read (DRAM) and of re-reading a buffer of the file's size "
+          "(GB/s in brackets)")
+    print(f"{'':20}{'MiB':>7}{'prefill tok/s':>24}{'decode tok/s':>24}{'of DRAM':>9}{'of re-read':>18}")
     for row, _ in runners:
-        s = row.summary()
+        s = rows[row.name]
         if s["decode_tokens_per_s"] is None:
             print(f"{row.name:20}{'':>7}  {row.note}")
             continue
         pre, dec = s["prefill_tokens_per_s"], s["decode_tokens_per_s"]
-        frac = dec["median"] * row.file_mib * 2**20 / (bw * 1e9)
+        bytes_per_s = dec["median"] * row.file_mib * 2**20
+        reread = s["reread_bandwidth_gbs"]
         print(f"{row.name:20}{row.file_mib:7.1f}"
               f"{pre['median']:10.1f} ({pre['min']:5.0f}-{pre['max']:5.0f})"
-              f"{dec['median']:10.1f} ({dec['min']:5.0f}-{dec['max']:5.0f}){frac:23.0%}")
+              f"{dec['median']:10.1f} ({dec['min']:5.0f}-{dec['max']:5.0f}){bytes_per_s / (bw * 1e9):9.0%}"
+              f"{bytes_per_s / (reread * 1e9):10.0%} ({reread:4.1f})")
     return 0
 
 
