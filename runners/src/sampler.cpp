@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <limits>
 
+#include "ember/runtime/logits.h"
+
 namespace ember {
 namespace runners {
 
@@ -26,18 +28,9 @@ Error SamplerConfig::validate() const {
   return Error::ok();
 }
 
-int64_t argmax(const float* values, int64_t n) {
-  int64_t best = -1;
-  float best_v = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    // NaN compares false and is skipped.
-    if (values[i] > best_v) {
-      best_v = values[i];
-      best = i;
-    }
-  }
-  return best;
-}
+// Per-ISA (ember/runtime/logits.h): a scalar loop over SmolLM2's 49,152 logits took 40-50 us per
+// token on a 2-core Intel Xeon VM, a batched step of 4 sessions ~4% of its time.
+int64_t argmax(const float* values, int64_t n) { return argmax_f32(values, n); }
 
 Sampler::Sampler(int64_t vocab_size)
     : vocab_(vocab_size),

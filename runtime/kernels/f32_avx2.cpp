@@ -433,6 +433,43 @@ __attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* src
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
+// argmax (f32_kernels.h): per lane, the first index of its largest value (strictly greater, so NaN
+// never wins), then the lowest index among the lanes holding the overall largest.
+EMBER_AVX2 int64_t argmax_avx2(const float* x, int64_t n) {
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 best = neg_inf;
+  __m256i best_i = _mm256_set1_epi32(-1);
+  __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i step = _mm256_set1_epi32(8);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+    best = _mm256_blendv_ps(best, v, gt);
+    best_i = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_i), _mm256_castsi256_ps(idx), gt));
+    idx = _mm256_add_epi32(idx, step);
+  }
+  alignas(32) float bv[8];
+  alignas(32) int32_t bi[8];
+  _mm256_store_ps(bv, best);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bi), best_i);
+  int64_t top = -1;
+  float top_v = -std::numeric_limits<float>::infinity();
+  for (int l = 0; l < 8; ++l) {
+    if (bv[l] > top_v || (bv[l] == top_v && bi[l] >= 0 && bi[l] < top)) {
+      top_v = bv[l];
+      top = bi[l];
+    }
+  }
+  for (; i < n; ++i) {  // the tail comes after every lane's indices
+    if (x[i] > top_v) {
+      top_v = x[i];
+      top = i;
+    }
+  }
+  return top;
+}
+
 #endif  // EMBER_X86
 
 }  // namespace
@@ -448,6 +485,7 @@ void add_f32_avx2(F32Kernels& t) {
   t.ukernel.set(ukernel_avx2, kLevel);
   t.ukernel_max_rows = 6;
   t.softmax.set(scaled_softmax_avx2, kLevel);
+  t.argmax.set(argmax_avx2, kLevel);
   t.silu.set(silu_avx2, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_avx2, kLevel);
   if (cpu_features().f16c) t.half_to_float.set(half_to_float_f16c, kLevel);

@@ -427,6 +427,41 @@ EMBER_AVX512 void i8_weighted_rows_avx512(const float* p, int64_t ldp, int64_t G
     }
   }
 }
+// argmax (f32_kernels.h): as the AVX2 version, 16 lanes.
+EMBER_AVX512 int64_t argmax_avx512(const float* x, int64_t n) {
+  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512i best_i = _mm512_set1_epi32(-1);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, gt, v);
+    best_i = _mm512_mask_mov_epi32(best_i, gt, idx);
+    idx = _mm512_add_epi32(idx, step);
+  }
+  alignas(64) float bv[16];
+  alignas(64) int32_t bi[16];
+  _mm512_store_ps(bv, best);
+  _mm512_store_si512(bi, best_i);
+  int64_t top = -1;
+  float top_v = -std::numeric_limits<float>::infinity();
+  for (int l = 0; l < 16; ++l) {
+    if (bv[l] > top_v || (bv[l] == top_v && bi[l] >= 0 && bi[l] < top)) {
+      top_v = bv[l];
+      top = bi[l];
+    }
+  }
+  for (; i < n; ++i) {  // the tail comes after every lane's indices
+    if (x[i] > top_v) {
+      top_v = x[i];
+      top = i;
+    }
+  }
+  return top;
+}
+
 #endif  // EMBER_X86
 
 }  // namespace
@@ -442,6 +477,7 @@ void add_f32_avx512(F32Kernels& t) {
   t.ukernel.set(ukernel_avx512, kLevel);
   t.ukernel_max_rows = 12;  // 24 accumulators: fewer loads per FMA
   t.softmax.set(scaled_softmax_avx512, kLevel);
+  t.argmax.set(argmax_avx512, kLevel);
   t.silu.set(silu_avx512, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_avx512, kLevel);
   t.i8_scores.set(i8_scores_avx512, kLevel);

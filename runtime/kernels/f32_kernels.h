@@ -51,6 +51,10 @@ using I8ScoresFn = void (*)(const int8_t* q8, const float* qs, int64_t G, const 
 using I8WeightedRowsFn = void (*)(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
                                   int64_t n, int64_t D, float* out, int64_t ldo);
 
+// The first index of the largest value of x[0..n) (ties: the lowest index; NaN never chosen), or
+// -1 when no value is above -inf. Every level gives the same index.
+using ArgmaxFn = int64_t (*)(const float* x, int64_t n);
+
 template <typename Fn>
 struct Entry {
   Fn fn = nullptr;
@@ -86,6 +90,8 @@ struct F32Kernels {
   // Zen 4, 1,920-token prefill of SmolLM2: +6-19% with VNNI, none to -7% with the AVX2 kernels.
   bool i8_scores_for_prefill = false;
   Entry<I8WeightedRowsFn> i8_weighted_rows;
+  // Greedy sampling over a row of logits (ember/runtime/logits.h).
+  Entry<ArgmaxFn> argmax;
 };
 
 constexpr int64_t kShortRowK = 256;

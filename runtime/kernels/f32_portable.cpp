@@ -120,6 +120,18 @@ void half_to_float_portable(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
 
+int64_t argmax_portable(const float* x, int64_t n) {
+  int64_t best = -1;
+  float best_v = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > best_v) {  // NaN compares false
+      best_v = x[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 void add_f32_portable(F32Kernels& t) {
@@ -138,6 +150,7 @@ void add_f32_portable(F32Kernels& t) {
   t.scaled_i8_to_float.set(scaled_i8_to_float_portable, kLevel);
   t.i8_scores.set(i8_scores_portable, kLevel);
   t.i8_weighted_rows.set(i8_weighted_rows_portable, kLevel);
+  t.argmax.set(argmax_portable, kLevel);
 }
 
 }  // namespace kern

@@ -49,6 +49,7 @@ void describe_f32_kernels(std::vector<KernelPath>& out) {
   add("f32.scaled_i8_to_float", t.scaled_i8_to_float.isa);
   add("f32.i8_scores", t.i8_scores.isa);
   add("f32.i8_weighted_rows", t.i8_weighted_rows.isa);
+  add("f32.argmax", t.argmax.isa);
 }
 
 namespace {

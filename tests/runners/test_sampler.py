@@ -103,6 +103,44 @@ def test_greedy_is_argmax_and_ignores_the_seed() -> None:
         assert _runner.sample(x, config(temperature=0.0, seed=seed)) == int(np.argmax(x))
 
 
+def _first_max(x: np.ndarray) -> int:
+    """The greedy id: the first index of the largest value, NaN never chosen (np.argmax picks NaN)."""
+    finite = np.where(np.isnan(x), -np.inf, x)
+    return int(np.argmax(finite))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 15, 16, 17, 33, 49152])
+def test_greedy_argmax_ties_nan_and_tails(n: int) -> None:
+    """f32.argmax (a SIMD version per ISA level: lanes, then a scalar tail) against the first-max
+    rule: ties go to the lowest id wherever they fall (lanes, tail), NaN is skipped, -inf never wins
+    over a value, -0.0 ties with 0.0."""
+    rng = np.random.default_rng(n)
+    cases = [rng.standard_normal(n).astype(np.float32)]
+    x = rng.integers(-3, 3, n).astype(np.float32)  # many ties
+    cases.append(x)
+    x = cases[0].copy()
+    nan_at = rng.integers(0, n, max(1, n // 3))
+    x[nan_at[nan_at != n // 2]] = np.nan  # one value stays
+    cases.append(x)
+    x = np.full(n, -np.inf, np.float32)
+    x[n - 1] = -1e30  # the only value above -inf, in the tail or the last lane
+    cases.append(x)
+    x = np.zeros(n, np.float32)
+    x[0] = -0.0
+    cases.append(x)
+    x = np.full(n, 5.0, np.float32)
+    x[n // 2:] = 7.0  # the first 7 is mid-row
+    cases.append(x)
+    for x in cases:
+        assert _runner.sample(x, config(temperature=0.0)) == _first_max(x), x[:40]
+
+
+def test_greedy_with_nothing_above_minus_infinity_is_refused() -> None:
+    for x in (np.full(40, np.nan, np.float32), np.full(40, -np.inf, np.float32)):
+        with pytest.raises(InvalidArgumentError, match="NaN or -inf"):
+            _runner.sample(x, config(temperature=0.0))
+
+
 def test_denormal_temperatures_are_greedy() -> None:
     """1 / T overflows to inf below the smallest normal float: such temperatures sample greedily
     instead of always returning the last vocabulary id."""

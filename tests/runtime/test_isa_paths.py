@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemv_cached_rows", "f32.gemm_ukernel",
                 "f32.softmax", "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float", "f32.scaled_i8_to_float",
-                "f32.i8_scores", "f32.i8_weighted_rows"}
+                "f32.i8_scores", "f32.i8_weighted_rows", "f32.argmax"}
 # Families whose best version is AVX2 (conversions): at the AVX-512 levels they stay on it.
 AVX2_TOP = {"f32.half_to_float", "f32.scaled_i8_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
@@ -117,8 +117,8 @@ def test_kernels_on_forced_isa(isa: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", _RUN_KERNEL_TESTS_AT, "-", "-q", "-p", "no:cacheprovider",
          str(REPO / "tests/runtime/test_kernels.py"), str(REPO / "tests/runtime/test_quantized_kernels.py"),
-         str(REPO / "tests/runtime/test_kv_cache_kernels.py"),
-         "-k", "linear or attend or sdpa or softmax or silu or norm or matmul or quantized"],
+         str(REPO / "tests/runtime/test_kv_cache_kernels.py"), str(REPO / "tests/runners/test_sampler.py"),
+         "-k", "linear or attend or sdpa or softmax or silu or norm or matmul or quantized or greedy"],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "EMBER_KERNEL_ISA": isa}, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout

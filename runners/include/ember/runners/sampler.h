@@ -96,7 +96,8 @@ class Sampler {
   int64_t greedy_id_ = -1;
 };
 
-// Index of the largest finite value (ties: lowest index); -1 when none is finite or > -inf.
+// Index of the largest value (ties: lowest index; NaN never chosen); -1 when none is > -inf.
+// ember::argmax_f32, per ISA level.
 int64_t argmax(const float* values, int64_t n);
 
 }  // namespace runners
