@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "ember/runtime/logits.h"
@@ -35,6 +37,7 @@ int64_t argmax(const float* values, int64_t n) { return argmax_f32(values, n); }
 Sampler::Sampler(int64_t vocab_size)
     : vocab_(vocab_size),
       scratch_(static_cast<size_t>(vocab_size)),
+      weights_(static_cast<size_t>(vocab_size)),
       counts_(static_cast<size_t>(vocab_size), 0),
       cands_(static_cast<size_t>(vocab_size)) {}
 
@@ -89,14 +92,19 @@ Error Sampler::run_chain(const float* logits, const int64_t* history, size_t his
   EMBER_CHECK_ARG(top >= 0, "every logit is NaN or -inf; the model output is unusable");
   const float max_v = x[top];
   const float inv_t = 1.0f / config_.temperature;
+  // exp((x - max) / T) per ISA level (ember/runtime/logits.h; a scalar std::exp over SmolLM2's
+  // 49,152 logits took ~150 us per token). The max is taken off first, so that a tiny T cannot
+  // overflow x / T.
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float* w = weights_.data();
+  for (int64_t i = 0; i < vocab_; ++i) w[i] = x[i] > kNegInf ? x[i] - max_v : kNegInf;  // NaN: probability 0
+  exp_weights_f32(w, vocab_, inv_t);
   double total = 0.0;
   size_t n = 0;
   for (int64_t i = 0; i < vocab_; ++i) {
-    const float v = x[i];
-    if (!(v > -std::numeric_limits<float>::infinity())) continue;  // -inf and NaN: probability 0
-    const float w = std::exp((v - max_v) * inv_t);
-    cands_[n++] = Candidate{w, static_cast<int32_t>(i)};
-    total += w;
+    if (!(x[i] > kNegInf)) continue;  // -inf and NaN: not candidates
+    cands_[n++] = Candidate{w[i], static_cast<int32_t>(i)};
+    total += w[i];
   }
   auto by_weight = [](const Candidate& a, const Candidate& b) {
     return a.value > b.value || (a.value == b.value && a.id < b.id);
@@ -106,6 +114,7 @@ Error Sampler::run_chain(const float* logits, const int64_t* history, size_t his
   size_t kept = n;
   if (config_.top_k > 0 && static_cast<size_t>(config_.top_k) < n) {
     kept = static_cast<size_t>(config_.top_k);
+    n = heaviest_first(n, static_cast<double>(kept), false);
     std::nth_element(cands_.begin(), cands_.begin() + static_cast<std::ptrdiff_t>(kept), cands_.begin() + static_cast<std::ptrdiff_t>(n), by_weight);
     total = 0.0;
     for (size_t i = 0; i < kept; ++i) total += cands_[i].value;
@@ -114,6 +123,7 @@ Error Sampler::run_chain(const float* logits, const int64_t* history, size_t his
   // top-p: sort a growing head of the candidates until it holds top_p of the mass.
   if (config_.top_p < 1.0f && kept > 1) {
     const double target = static_cast<double>(config_.top_p) * total;
+    if (kept == n) kept = heaviest_first(n, target, true);
     size_t head = std::min<size_t>(kept, 64);
     for (;;) {
       if (head < kept) {
@@ -151,6 +161,36 @@ Error Sampler::run_chain(const float* logits, const int64_t* history, size_t his
   n_kept_ = kept;
   kept_sum_ = total;
   return Error::ok();
+}
+
+size_t Sampler::heaviest_first(size_t n, double need, bool by_mass) {
+  // Weights are in [0, 1] (the top one is exp(0) = 1): bin them by their float exponent, count the
+  // candidates and their mass per bin, and find the highest power of two such that the weights at
+  // or above it are at least `need` (in number, or in mass). Those come first; the rest are never
+  // reached by top-k / top-p, which then order only them. Over SmolLM2's 49,152 candidates: top-p
+  // 0.9 sampling took ~460 us per token ordering them all, top-k 40 ~440 us.
+  constexpr int kBins = 128;  // exponent fields 0..127 (1.0f is 127)
+  double count[kBins] = {}, mass[kBins] = {};
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &cands_[i].value, sizeof bits);
+    const int e = std::min<int>(static_cast<int>(bits >> 23), kBins - 1);
+    count[e] += 1.0;
+    mass[e] += cands_[i].value;
+  }
+  double have = 0.0;
+  int e = kBins - 1;
+  for (; e > 0; --e) {
+    have += by_mass ? mass[e] : count[e];
+    if (have >= (by_mass ? need * (1.0 + 1e-9) : need)) break;  // mass summed in another order: a margin
+  }
+  if (e == 0) return n;  // the zero and denormal weights are needed too: keep them all
+  uint32_t bits = static_cast<uint32_t>(e) << 23;
+  float threshold;
+  std::memcpy(&threshold, &bits, sizeof threshold);
+  const auto mid = std::partition(cands_.begin(), cands_.begin() + static_cast<std::ptrdiff_t>(n),
+                                  [threshold](const Candidate& c) { return c.value >= threshold; });
+  return static_cast<size_t>(mid - cands_.begin());
 }
 
 Result<int64_t> Sampler::sample(const float* logits, const int64_t* history, size_t history_len) {

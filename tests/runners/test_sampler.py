@@ -141,6 +141,15 @@ def test_greedy_with_nothing_above_minus_infinity_is_refused() -> None:
             _runner.sample(x, config(temperature=0.0))
 
 
+def test_a_tiny_temperature_over_large_logits_samples_the_top() -> None:
+    """x / T would overflow to inf here (1e3 / 1e-36): the weights take the max off first,
+    exp((x - max) / T), so the top token keeps weight 1 and the others 0."""
+    x = logits(13) * 500.0
+    for seed in range(4):
+        assert _runner.sample(x, config(temperature=1e-36, seed=seed)) == int(np.argmax(x))
+        assert _runner.sample(x, config(temperature=1e-36, top_p=0.5, seed=seed)) == int(np.argmax(x))
+
+
 def test_denormal_temperatures_are_greedy() -> None:
     """1 / T overflows to inf below the smallest normal float: such temperatures sample greedily
     instead of always returning the last vocabulary id."""

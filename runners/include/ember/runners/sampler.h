@@ -84,11 +84,16 @@ class Sampler {
   // summing to kept_sum_, or sets greedy_id_ >= 0 for a greedy pick.
   Error run_chain(const float* logits, const int64_t* history, size_t history_len);
   const float* apply_penalties(const float* logits, const int64_t* history, size_t history_len);
+  // Moves the heaviest of cands_[0, n) to the front, at least `need` of them (by_mass: at least
+  // `need` of their summed weight) and all those as heavy as the lightest moved; returns how many.
+  // Top-k and top-p then only order those (the same survivors as ordering all n).
+  size_t heaviest_first(size_t n, double need, bool by_mass);
 
   int64_t vocab_;
   SamplerConfig config_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;       // [vocab] penalized logits
+  std::vector<float> weights_;       // [vocab] exp((x - max) / T)
   std::vector<int32_t> counts_;      // [vocab] zero between calls
   std::vector<Candidate> cands_;     // [vocab]
   size_t n_kept_ = 0;

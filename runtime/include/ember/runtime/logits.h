@@ -13,4 +13,10 @@ namespace ember {
 // allocation.
 int64_t argmax_f32(const float* x, int64_t n);
 
+// Softmax numerators in place: s[i] = exp(s[i] * scale - m), m = max_i(s[i] * scale), for
+// s[0..n) without NaN (-inf gives 0; at least one value above -inf) and scale > 0 finite; the top
+// value gives exactly 1. Returns m. The exp is the kernels' (within 2 ulp of std::exp above
+// -87.3, 0 below). Thread-safe; no allocation.
+float exp_weights_f32(float* s, int64_t n, float scale);
+
 }  // namespace ember
