@@ -441,8 +441,9 @@ EMBER_AVX2 int64_t argmax_avx2(const float* x, int64_t n) {
   __m256i best_i = _mm256_set1_epi32(-1);
   __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i step = _mm256_set1_epi32(8);
+  const int64_t vec_n = std::min<int64_t>(n, std::numeric_limits<int32_t>::max() - 8);  // int32 lane indices
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + 8 <= vec_n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
     best = _mm256_blendv_ps(best, v, gt);

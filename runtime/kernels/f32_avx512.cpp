@@ -433,8 +433,9 @@ EMBER_AVX512 int64_t argmax_avx512(const float* x, int64_t n) {
   __m512i best_i = _mm512_set1_epi32(-1);
   __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i step = _mm512_set1_epi32(16);
+  const int64_t vec_n = std::min<int64_t>(n, std::numeric_limits<int32_t>::max() - 16);  // int32 lane indices
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
+  for (; i + 16 <= vec_n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
     best = _mm512_mask_mov_ps(best, gt, v);
