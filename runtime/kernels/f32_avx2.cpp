@@ -454,21 +454,7 @@ EMBER_AVX2 int64_t argmax_avx2(const float* x, int64_t n) {
   alignas(32) int32_t bi[8];
   _mm256_store_ps(bv, best);
   _mm256_store_si256(reinterpret_cast<__m256i*>(bi), best_i);
-  int64_t top = -1;
-  float top_v = -std::numeric_limits<float>::infinity();
-  for (int l = 0; l < 8; ++l) {
-    if (bv[l] > top_v || (bv[l] == top_v && bi[l] >= 0 && bi[l] < top)) {
-      top_v = bv[l];
-      top = bi[l];
-    }
-  }
-  for (; i < n; ++i) {  // the tail comes after every lane's indices
-    if (x[i] > top_v) {
-      top_v = x[i];
-      top = i;
-    }
-  }
-  return top;
+  return argmax_finish(bv, bi, 8, x, i, n);
 }
 
 #endif  // EMBER_X86

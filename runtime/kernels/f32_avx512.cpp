@@ -446,21 +446,7 @@ EMBER_AVX512 int64_t argmax_avx512(const float* x, int64_t n) {
   alignas(64) int32_t bi[16];
   _mm512_store_ps(bv, best);
   _mm512_store_si512(bi, best_i);
-  int64_t top = -1;
-  float top_v = -std::numeric_limits<float>::infinity();
-  for (int l = 0; l < 16; ++l) {
-    if (bv[l] > top_v || (bv[l] == top_v && bi[l] >= 0 && bi[l] < top)) {
-      top_v = bv[l];
-      top = bi[l];
-    }
-  }
-  for (; i < n; ++i) {  // the tail comes after every lane's indices
-    if (x[i] > top_v) {
-      top_v = x[i];
-      top = i;
-    }
-  }
-  return top;
+  return argmax_finish(bv, bi, 16, x, i, n);
 }
 
 #endif  // EMBER_X86

@@ -509,6 +509,27 @@ void permute_copy(const Tensor& in, const int64_t* perm, void* out);
 // contiguous `dst`. Source and destination must not overlap.
 void strided_copy(const void* src, size_t esize, int nd, const int64_t* sizes, const int64_t* strides, void* dst);
 
+// The end of a SIMD argmax (f32_kernels.h, ArgmaxFn): each of `lanes` lanes holds its largest
+// value bv[l] at index bi[l] (-1: none above -inf); the lowest index among the lanes at the top wins,
+// then the scalar tail x[i..n), whose indices come after every lane's, can only win by being larger.
+inline int64_t argmax_finish(const float* bv, const int32_t* bi, int lanes, const float* x, int64_t i, int64_t n) {
+  int64_t top = -1;
+  float top_v = -std::numeric_limits<float>::infinity();
+  for (int l = 0; l < lanes; ++l) {
+    if (bv[l] > top_v || (bv[l] == top_v && bi[l] >= 0 && bi[l] < top)) {
+      top_v = bv[l];
+      top = bi[l];
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] > top_v) {
+      top_v = x[i];
+      top = i;
+    }
+  }
+  return top;
+}
+
 // exp(x) in fp32 to ~1 ulp, written as plain arithmetic so loops over it vectorize.
 // Returns exactly 0 below -87.3 (so masked -inf scores get probability 0).
 inline float exp_approx(float x) {
