@@ -120,17 +120,8 @@ void half_to_float_portable(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
 
-int64_t argmax_portable(const float* x, int64_t n) {
-  int64_t best = -1;
-  float best_v = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    if (x[i] > best_v) {  // NaN compares false
-      best_v = x[i];
-      best = i;
-    }
-  }
-  return best;
-}
+// No lanes: argmax_finish's scalar loop over the whole row.
+int64_t argmax_portable(const float* x, int64_t n) { return argmax_finish(nullptr, nullptr, 0, x, 0, n); }
 
 }  // namespace
 
