@@ -67,12 +67,13 @@ def _warm_up(url: str, sessions: int) -> None:
 
 
 def _server_counters(url: str) -> dict[str, float]:
-    """The server's decode counters from GET /metrics: steps, seconds and batch-size sum."""
+    """The server's counters from GET /metrics: decode steps, seconds and batch-size sum; prefill
+    tokens and seconds."""
     values = {}
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
         name, _, value = line.partition(" ")
         if name in ("ember_decode_tokens_total", "ember_decode_seconds_total", "ember_decode_batch_mean",
-                    "ember_prefill_seconds_total"):
+                    "ember_prefill_seconds_total", "ember_prefill_tokens_total"):
             values[name[len("ember_"):]] = float(value)
     values["decode_batch_sum"] = values.get("decode_batch_mean", 0.0) * values.get("decode_tokens_total", 0.0)
     return values
@@ -174,7 +175,10 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
         "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
         "decode_step_ms": 1e3 * (after["decode_seconds_total"] - before["decode_seconds_total"]) / steps
         if steps else 0.0,
+        # Summed over requests (each request's time to its first token: overlaps others' decoding).
         "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
+        # Prompt tokens computed (a prefix a session already held is not).
+        "prefill_tokens": int(after["prefill_tokens_total"] - before["prefill_tokens_total"]),
         "errors": len(errors), "first_errors": errors[:3],
     }
 
@@ -225,7 +229,8 @@ def _line(result: dict) -> str:
             f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
             f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
             f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
-            f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_s']:.1f} s")
+            f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_tokens']} tokens, "
+            f"{result['prefill_s']:.1f} s summed over requests")
 
 
 def main(argv: list[str] | None = None) -> int:

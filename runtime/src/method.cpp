@@ -526,6 +526,7 @@ Error Method::run_instruction(size_t k, KernelContext& ctx) {
 Error Method::execute() {
   EMBER_TRY(begin_execution());
   const PoolProfile pool0 = profile_ ? pool_profile() : PoolProfile();
+  const auto exec_t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   KernelContext ctx;
   const size_t n = instrs_.size();
   for (size_t k = 0; k < n; ++k) {
@@ -542,6 +543,7 @@ Error Method::execute() {
     profile_pool_.caller_wait_s += pool1.caller_wait_s - pool0.caller_wait_s;
     profile_pool_.worker_busy_s += pool1.worker_busy_s - pool0.worker_busy_s;
     ++profile_executions_;
+    profile_wall_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - exec_t0).count();
   }
   return Error::ok();
 }
@@ -575,16 +577,33 @@ void Method::print_profile() const {
   // hand-off), and how much of their time the workers spent running chunks (the rest they waited
   // for work: the serial stretches between loops). The pool is process-wide, so loops run by
   // other threads at the same time count too.
+  // Shares of the executions' wall time (batched steps whole; a stacked call's seconds above are
+  // shared by the batch's methods, so the instructions' sum is less).
   const int threads = get_num_threads();
   const PoolProfile& p = profile_pool_;
   const double calls = static_cast<double>(std::max<uint64_t>(1, profile_executions_));
+  const double wall = profile_wall_s_;
   std::fprintf(stderr, "  sync: %d thread%s, %.1f parallel loops per call; the calling thread waited %.3f s at loop ends (%.1f%%)",
                threads, threads == 1 ? "" : "s", static_cast<double>(p.loops) / calls, p.caller_wait_s,
-               total > 0 ? 100 * p.caller_wait_s / total : 0.0);
-  if (threads > 1 && total > 0) {
-    std::fprintf(stderr, "; workers ran chunks %.1f%% of the time", 100 * p.worker_busy_s / (total * (threads - 1)));
+               wall > 0 ? 100 * p.caller_wait_s / wall : 0.0);
+  if (threads > 1 && wall > 0) {
+    std::fprintf(stderr, "; workers ran chunks %.1f%% of the time", 100 * p.worker_busy_s / (wall * (threads - 1)));
   }
   std::fprintf(stderr, "\n");
+  // Batched steps (execute_batch): what one step cost, split into the stacked delegate calls (one
+  // call over the rows of every method of the batch) and the stretches of per-method
+  // instructions between them (each method's run as a pool task). Above, a stacked call counts
+  // its share of the wall time; a per-method instruction, its own time on the thread that ran it.
+  const BatchProfile& b = profile_batch_;
+  if (b.steps > 0) {
+    const double steps = static_cast<double>(b.steps);
+    std::fprintf(stderr,
+                 "  batched: %llu steps, %.2f methods per step; per step %.3f ms: stacked delegate calls %.3f ms, "
+                 "per-method stretches %.3f ms, the rest %.3f ms\n",
+                 static_cast<unsigned long long>(b.steps), static_cast<double>(b.methods) / steps, 1e3 * b.step_s / steps,
+                 1e3 * b.stacked_s / steps, 1e3 * b.segment_s / steps,
+                 1e3 * (b.step_s - b.stacked_s - b.segment_s) / steps);
+  }
 }
 
 size_t Method::num_instructions() const { return instrs_.size(); }

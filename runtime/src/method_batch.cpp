@@ -17,6 +17,10 @@ namespace ember {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 // A segment whose work (all methods' together, on one thread) was below this the last time runs on
 // the calling thread alone: a fork-join costs more than it saves there. Per decoder layer of a
 // batched decode step of SmolLM2, three of the four segments are a residual add and a norm, or the
@@ -28,7 +32,6 @@ constexpr double kParallelSegmentSeconds = 16e-6;
 
 template <typename F>
 void Method::run_segment(Method* lead, size_t k, int64_t n, bool uneven, F& segment) {
-  using Clock = std::chrono::steady_clock;
   if (n == 1) {
     segment(0, 1);
     return;
@@ -96,12 +99,31 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
     for (size_t j = 0; j < pairs.size(); ++j) std::tie(live[j], slot[j]) = pairs[j];
   }
   const size_t ni = first->instrs_.size();
+  // EMBER_PROFILE (read by every method at load): wall time per stacked call, shared by its
+  // methods, and each method's own instructions timed where they run; the step's totals go to
+  // every method of the batch (BatchProfile).
+  const bool profiling = !live.empty() && live[0]->profile_;
+  thread_local std::vector<Method*> tl_began;
+  std::vector<Method*>& began = tl_began;  // the methods that started this step
+  began.assign(live.begin(), live.end());
+  const Clock::time_point step_t0 = profiling ? Clock::now() : Clock::time_point();
+  const PoolProfile pool0 = profiling ? pool_profile() : PoolProfile();
+  double stacked_s = 0, segment_s = 0;
   size_t k = 0;
   while (k < ni && !live.empty()) {
     step_errors.assign(live.size(), Error::ok());
     size_t end = k + 1;
+    const Clock::time_point t0 = profiling ? Clock::now() : Clock::time_point();
     if (live.size() > 1 && live[0]->instrs_[k].stackable) {
       run_stacked(k, live.data(), live.size(), step_errors.data());
+      if (profiling) {
+        const double s = seconds_since(t0);
+        stacked_s += s;
+        for (Method* m : live) {
+          m->profile_seconds_[k] += s / static_cast<double>(live.size());
+          ++m->profile_calls_[k];
+        }
+      }
     } else {
       // The instructions up to the next stacked call (a segment), each method's run as one task:
       // the methods share the pool's threads (their kernels then run single-threaded inside), which
@@ -112,10 +134,19 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
       auto segment = [&](int64_t j0, int64_t j1) {
         KernelContext ctx;
         for (int64_t j = j0; j < j1; ++j) {
-          for (size_t kk = k; kk < end && !step_errors[j]; ++kk) step_errors[j] = live[j]->run_instruction(kk, ctx);
+          Method* m = live[j];
+          for (size_t kk = k; kk < end && !step_errors[j]; ++kk) {
+            const Clock::time_point i0 = profiling ? Clock::now() : Clock::time_point();
+            step_errors[j] = m->run_instruction(kk, ctx);
+            if (profiling) {
+              m->profile_seconds_[kk] += seconds_since(i0);
+              ++m->profile_calls_[kk];
+            }
+          }
         }
       };
       run_segment(live[0], k, static_cast<int64_t>(live.size()), uneven, segment);
+      if (profiling) segment_s += seconds_since(t0);
     }
     k = end;
     // A method that failed stops here; the rest go on.
@@ -131,6 +162,23 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
     }
     live.resize(w);
     slot.resize(w);
+  }
+  if (profiling) {
+    const double step_s = seconds_since(step_t0);
+    const PoolProfile pool1 = pool_profile();
+    for (Method* m : began) {
+      BatchProfile& b = m->profile_batch_;
+      ++b.steps;
+      b.methods += began.size();
+      b.step_s += step_s;
+      b.stacked_s += stacked_s;
+      b.segment_s += segment_s;
+      m->profile_pool_.loops += pool1.loops - pool0.loops;
+      m->profile_pool_.caller_wait_s += pool1.caller_wait_s - pool0.caller_wait_s;
+      m->profile_pool_.worker_busy_s += pool1.worker_busy_s - pool0.worker_busy_s;
+      ++m->profile_executions_;
+      m->profile_wall_s_ += step_s;
+    }
   }
 }
 

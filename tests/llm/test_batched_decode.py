@@ -222,3 +222,44 @@ def test_batching_can_be_turned_off(path, monkeypatch) -> None:
     results, batch_means = _generate_in_threads([llm, other], settings)
     assert results == expected
     assert batch_means == [1.0, 1.0]
+
+
+_PROFILE_SCRIPT = """
+import gc, sys
+import ember
+from ember.llm.api import forward_batch
+llm = ember.load(sys.argv[1], threads=2)
+sessions = [llm] + [llm.session() for _ in range(2)]
+for t in range(6):
+    forward_batch(sessions, [5 + t, 6 + t, 7 + t], [t, t, t])
+del sessions, llm
+gc.collect()  # each session's method prints its EMBER_PROFILE summary when it goes
+"""
+
+
+def test_ember_profile_reports_batched_steps(path) -> None:
+    # EMBER_PROFILE covers batched steps too: each session's method counts the 6 steps of 3 methods,
+    # its instructions (stacked calls as a share of the batch's call), and splits a step's wall time
+    # into the stacked delegate calls (none on the fp32 file) and the per-method stretches.
+    import os
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT, str(path)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "EMBER_PROFILE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    batched = re.findall(r"batched: (\d+) steps, ([\d.]+) methods per step; per step ([\d.]+) ms: stacked delegate "
+                         r"calls ([\d.]+) ms, per-method stretches ([\d.]+) ms, the rest (-?[\d.]+) ms", proc.stderr)
+    assert len(batched) == 3, proc.stderr[-3000:]
+    fp32 = path == tiny_llm_path(quant=None)  # no delegate: nothing stacks
+    for steps, methods, step, stacked, stretches, rest in batched:
+        step, stacked, stretches, rest = float(step), float(stacked), float(stretches), float(rest)
+        assert int(steps) == 6 and float(methods) == 3.0
+        assert step > 0 and stretches > 0 and abs(step - stacked - stretches - rest) < 0.01
+        assert (stacked == 0) == fp32, proc.stderr[-3000:]
+    # every session ran the method's instructions 6 times each (the per-operator rows count calls)
+    calls = [int(c) for c in re.findall(r"s +[\d.]+% +(\d+) calls +aten::rms_norm", proc.stderr)]
+    assert calls and all(c > 0 and c % 6 == 0 for c in calls), proc.stderr[-3000:]
+    workers = [float(w) for w in re.findall(r"workers ran chunks ([\d.]+)% of the time", proc.stderr)]
+    assert workers and all(0 <= w <= 100.5 for w in workers), proc.stderr[-3000:]

@@ -131,6 +131,16 @@ class Method {
   std::vector<uint64_t> profile_calls_;
   PoolProfile profile_pool_;       // this method's share of the pool's synchronization totals
   uint64_t profile_executions_ = 0;
+  double profile_wall_s_ = 0;      // wall seconds of its executions (batched steps whole)
+  // Batched steps this method took part in (execute_batch): their count, the methods in them
+  // (summed), and their wall seconds in all, in stacked delegate calls, and in the per-method
+  // stretches between them. There a stacked call's seconds are shared equally by its methods in
+  // profile_seconds_, and a per-method instruction counts the time it took on whichever thread ran it.
+  struct BatchProfile {
+    uint64_t steps = 0, methods = 0;
+    double step_s = 0, stacked_s = 0, segment_s = 0;
+  };
+  BatchProfile profile_batch_;
   void print_profile() const;
 };
 
