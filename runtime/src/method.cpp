@@ -600,8 +600,8 @@ void Method::print_profile() const {
     std::fprintf(stderr,
                  "  batched: %llu steps, %.2f methods per step; per step %.3f ms: stacked delegate calls %.3f ms, "
                  "per-method stretches %.3f ms, the rest %.3f ms\n",
-                 static_cast<unsigned long long>(b.steps), static_cast<double>(b.methods) / steps, 1e3 * b.step_s / steps,
-                 1e3 * b.stacked_s / steps, 1e3 * b.segment_s / steps,
+                 static_cast<unsigned long long>(b.steps), static_cast<double>(b.methods) / steps,
+                 1e3 * b.step_s / steps, 1e3 * b.stacked_s / steps, 1e3 * b.segment_s / steps,
                  1e3 * (b.step_s - b.stacked_s - b.segment_s) / steps);
   }
 }

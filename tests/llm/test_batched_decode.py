@@ -6,6 +6,10 @@ rows): 8da4w (int8 activations) and q4 (fp32 activations, the block kernels)."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -241,11 +245,6 @@ def test_ember_profile_reports_batched_steps(path) -> None:
     # EMBER_PROFILE covers batched steps too: each session's method counts the 6 steps of 3 methods,
     # its instructions (stacked calls as a share of the batch's call), and splits a step's wall time
     # into the stacked delegate calls (none on the fp32 file) and the per-method stretches.
-    import os
-    import re
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", _PROFILE_SCRIPT, str(path)], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "EMBER_PROFILE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
