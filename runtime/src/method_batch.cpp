@@ -105,7 +105,7 @@ void Method::execute_batch(Method* const* methods, size_t n, Error* errors) {
   const bool profiling = !live.empty() && live[0]->profile_;
   thread_local std::vector<Method*> tl_began;
   std::vector<Method*>& began = tl_began;  // the methods that started this step
-  began.assign(live.begin(), live.end());
+  if (profiling) began.assign(live.begin(), live.end());
   const Clock::time_point step_t0 = profiling ? Clock::now() : Clock::time_point();
   const PoolProfile pool0 = profiling ? pool_profile() : PoolProfile();
   double stacked_s = 0, segment_s = 0;
