@@ -166,6 +166,33 @@ def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(rows, n
 PACK = packing.pack
 
 
+@pytest.mark.parametrize("rows", [2, 3, 4, 5, 9])
+def test_pairs_of_4bit_blocks_give_the_single_block_bits(rows, tmp_path):
+    """Over 2 rows or more, 4-bit int linears run two blocks at once where the level has the kernel
+    (AVX-512 VNNI): odd and even block counts, a partial last block inside a pair (20, 120, 504 rows)
+    or alone (37), tiles of 4 rows with a one-row remainder (5, 9: items of 2 blocks per thread
+    from 600 and 504 rows), per-token and per-group activations, symmetric and asymmetric weights.
+    Each row's results are the bits it gets alone (one row runs single blocks) and the portable
+    kernel's values."""
+    gen = torch.Generator().manual_seed(17 + rows)
+    x = torch.randn(1, rows, 160, generator=gen)
+    variants = []
+    cases = ((20, 1, "none"), (120, 2, "none"), (37, 1, "q4_1"), (120, 1, "float"), (600, 2, "none"), (504, 1, "none"))
+    for n, act, zp_kind in cases:
+        v = make_weight(gen, n, 160, 4, 32, zp_kind, torch.float16)
+        variants.append({**v, "act_quant": act, "bias": torch.randn(n, generator=gen) * 0.1 if n == 37 else None})
+    module = QLinears(variants)
+    files = _lower_both(module, (x,), tmp_path, f"pairs-{rows}")
+    one_row = _lower_both(module, (x[:, :1],), tmp_path, f"pairs-{rows}-one")["cpu"][1]
+    together = files["cpu"][1].run("forward", x)
+    alone = [one_row.run("forward", x[:, m:m + 1].contiguous()) for m in range(rows)]
+    portable = files["portable"][1].run("forward", x)
+    for i, (t, p, v) in enumerate(zip(together, portable, variants)):
+        for m in range(rows):
+            assert np.array_equal(t[0, m], alone[m][i][0, 0]), f"variant {i}, row {m}: differs from the row alone"
+        assert rel_error(torch.from_numpy(t), torch.from_numpy(p), magnitude(x, v)) <= TOL, f"variant {i}"
+
+
 @pytest.mark.parametrize("rows", [1, 3, 20])  # decode, a batched step, prefill (the GEMM path for fp32 activations)
 def test_blobs_in_the_codes_first_layout_give_the_same_bits(rows, tmp_path, monkeypatch):
     """Files written before the interleaved layout (flag bit 2 clear: every group's codes, then the

@@ -118,6 +118,13 @@ using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, cons
 // (k < G * gs, r < 16; s, c of the row's group, fp32), the weights the float kernels multiply by.
 using DequantBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, float* out, int64_t ldo);
 
+// Two consecutive blocks at once (4-bit codes, int kernels, MB >= 2 rows): codes1 and co1 the
+// second block's; out = [MB][32] (row m: the first block's 16 results, then the second's). Equal
+// to IntBlockFn on each block, bit for bit; one pass broadcasts each activation word for both.
+using IntPairFn = void (*)(const uint8_t* codes0, const uint8_t* codes1, int64_t G, int64_t wpg, const Coeffs& co0,
+                           const Coeffs& co1, const int8_t* q, int64_t lda, const float* asum, const float* ascale,
+                           float* out);
+
 // 4-bit weights x int8 activations for MB = 1..4 rows (decode, a tile of a batched decode step or of a
 // prefill) over pre-broadcast activations: expand_int4 writes, for every 8-activation word w of
 // q [MB][lda] and row m < MB, 64 bytes at qb + (w * MB + m) * 64: the word's activations 0-3
@@ -145,6 +152,7 @@ struct BlockKernels {
   GroupQuantFn quantize_groups = nullptr;
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
+  IntPairFn int4_pair[kMaxM] = {};  // [MB - 1] for MB >= 2, where a level has them ([0] stays null)
   ExpandInt4Fn expand_int4 = nullptr;        // with int4_expanded; null where a level has none
   Int4ExpandedFn int4_expanded[kMaxM] = {};  // [MB - 1]
   FloatBlockFn float4[kMaxM] = {};

@@ -77,12 +77,67 @@ EMBER_AVX512VNNI void int_block(const uint8_t* codes, int64_t G, int64_t wpg, co
   int_block_fixed<BITS, MB, 0>(codes, G, wpg, co, q, lda, asum, ascale, out);
 }
 
+// Two consecutive blocks (32 weight rows) against MB >= 2 activation rows at 4 bits: each
+// activation word broadcast once serves both blocks, and each (block, row) sums into one int32
+// chain (lo then hi nibbles). Integer sums, then int_group_step512 per block: the same results as
+// int_block on each block, bit for bit. out: [MB][32], row m's block-0 results then block-1's.
+// Against int_block over the two blocks in turn, blocks in L1 (K = 576, groups of 32) on a 2-core
+// Intel Xeon VM: -11% per block at 4 rows, -13% at 3, -9% at 2.
+template <int MB, int WPG>
+EMBER_AVX512VNNI void int4_pair_fixed(const uint8_t* codes0, const uint8_t* codes1, int64_t G, int64_t wpg_arg,
+                                      const Coeffs& co0, const Coeffs& co1, const int8_t* q, int64_t lda,
+                                      const float* asum, const float* ascale, float* out) {
+  static_assert(MB >= 2, "one row runs int_block");
+  const int64_t wpg = WPG > 0 ? WPG : wpg_arg;
+  const __m512i nib = _mm512_set1_epi8(15);
+  __m512 acc0[MB], acc1[MB];
+  for (int m = 0; m < MB; ++m) acc0[m] = acc1[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    co0.prefetch_group(g, G, wpg);
+    __m512i d0[MB], d1[MB];
+    for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
+    const uint8_t* g0 = co0.group_codes(codes0, g);
+    const uint8_t* g1 = co1.group_codes(codes1, g);
+    for (int64_t j = 0; j < wpg; ++j) {
+      co0.prefetch_word(g, j, G, wpg);
+      const __m512i v0 = _mm512_loadu_si512(g0 + j * 64), v1 = _mm512_loadu_si512(g1 + j * 64);
+      const __m512i lo0 = _mm512_and_si512(v0, nib), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nib);
+      const __m512i lo1 = _mm512_and_si512(v1, nib), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nib);
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* qm = q + m * lda + (g * wpg + j) * 8;
+        const __m512i a = _mm512_set1_epi32(load32(qm)), b = _mm512_set1_epi32(load32(qm + 4));
+        d0[m] = _mm512_dpbusd_epi32(d0[m], lo0, a);
+        d1[m] = _mm512_dpbusd_epi32(d1[m], lo1, a);
+        d0[m] = _mm512_dpbusd_epi32(d0[m], hi0, b);
+        d1[m] = _mm512_dpbusd_epi32(d1[m], hi1, b);
+      }
+    }
+    __m512 p0[MB], p1[MB];
+    for (int m = 0; m < MB; ++m) p0[m] = _mm512_cvtepi32_ps(d0[m]), p1[m] = _mm512_cvtepi32_ps(d1[m]);
+    int_group_step512<MB>(co0, g, p0, ascale, asum + g, G, acc0);
+    int_group_step512<MB>(co1, g, p1, ascale, asum + g, G, acc1);
+  }
+  for (int m = 0; m < MB; ++m) {
+    _mm512_storeu_ps(out + m * 32, acc0[m]);
+    _mm512_storeu_ps(out + m * 32 + 16, acc1[m]);
+  }
+}
+
+template <int MB>
+EMBER_AVX512VNNI void int4_pair(const uint8_t* codes0, const uint8_t* codes1, int64_t G, int64_t wpg,
+                                const Coeffs& co0, const Coeffs& co1, const int8_t* q, int64_t lda, const float* asum,
+                                const float* ascale, float* out) {
+  if (wpg == 4) return int4_pair_fixed<MB, 4>(codes0, codes1, G, wpg, co0, co1, q, lda, asum, ascale, out);
+  int4_pair_fixed<MB, 0>(codes0, codes1, G, wpg, co0, co1, q, lda, asum, ascale, out);
+}
+
 }  // namespace
 
 void add_avx512vnni_block_kernels(BlockKernels& t) {
   t.int_isa = KernelIsa::kAvx512Vnni;
   t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
   t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
+  t.int4_pair[1] = int4_pair<2>, t.int4_pair[2] = int4_pair<3>, t.int4_pair[3] = int4_pair<4>;
 }
 #else
 void add_avx512vnni_block_kernels(BlockKernels&) {}
