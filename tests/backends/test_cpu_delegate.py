@@ -163,9 +163,6 @@ def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(rows, n
         assert rel_error(torch.from_numpy(b), torch.from_numpy(p), magnitude(x, v)) <= TOL
 
 
-PACK = packing.pack
-
-
 @pytest.mark.parametrize("rows", [2, 3, 4, 5, 9])
 def test_pairs_of_4bit_blocks_give_the_single_block_bits(rows, tmp_path):
     """Over 2 rows or more, 4-bit int linears run two blocks at once where the level has the kernel
@@ -191,6 +188,9 @@ def test_pairs_of_4bit_blocks_give_the_single_block_bits(rows, tmp_path):
         for m in range(rows):
             assert np.array_equal(t[0, m], alone[m][i][0, 0]), f"variant {i}, row {m}: differs from the row alone"
         assert rel_error(torch.from_numpy(t), torch.from_numpy(p), magnitude(x, v)) <= TOL, f"variant {i}"
+
+
+PACK = packing.pack
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])  # decode, a batched step, prefill (the GEMM path for fp32 activations)
