@@ -118,29 +118,60 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
   return Error::ok();
 }
 
-// The cache lines of one decode task's K and V rows, asked for into L2 (prefetcht2): a task
-// spreads the next task's lines over its own blocks of rows (issue), so that fetching overlaps its
-// math; a thread's first task asks for its own first block at once (a chunk too short for the
-// hardware prefetcher to ramp up is then fetched whole). Asking for a whole long chunk at once
-// stalls the core until the lines arrive: on a Zen 4 at position ~1,900 with an int8 cache, one
-// thread's attention took 48-56 us per layer that way, 37-44 spread, 30-33 with the rows in cache.
+// The cache lines a decode task asks for into L2 (prefetcht2) as it computes: one stream of up to
+// four runs of cache rows, handed out in equal shares, one per block of rows in each of the task's
+// two passes (scores over K, then P.V over V). A task streams the next task's K and V rows, so that
+// fetching them overlaps its math. A thread's first task, whose rows nothing asked for ahead,
+// first asks for its first block of K and of V at once, then streams its own K rows past them
+// (ahead of its scores pass) and its V rows (ahead of its P.V pass) before the next task's. The int8 cache's kernels spread each share over their rows (PrefetchLines); the other
+// caches' blocks ask for it in one burst after each block.
+//
+// Asking for a whole long chunk at once stalls the core until the lines arrive: on a Zen 4 at
+// position ~1,900 with an int8 cache, one thread's attention took 48-56 us per layer that way,
+// 37-44 spread, 30-33 with the rows in cache. On a 2-core Xeon VM (AVX512-VNNI, SmolLM2 decode at
+// ~1,880 over a real prompt, the rows coming from the last-level cache), a thread's first task
+// took 2.3x as long as its later ones; streaming its own rows, and spreading the shares over the
+// kernels' rows instead of a burst per block, took the attention op from 113-118k to 101-104k TSC
+// cycles per call: decode steps at ~1,880 -1% to -7% (alternating processes, 7 pairs), steps at
+// ~95 and 4 sessions batched at 60-400 unchanged (within +-1.6%).
 struct TaskPrefetch {
-  const char* base[2] = {nullptr, nullptr};  // K's rows, V's rows
-  size_t bytes[2] = {0, 0};
-  size_t next = 0;  // the next byte to ask for, counted over K's rows then V's
+  static constexpr int kMaxRuns = 4;
+  const char* base[kMaxRuns] = {};
+  size_t bytes[kMaxRuns] = {};
+  int runs = 0;
+  int at = 0;       // the run being handed out
+  size_t off = 0;   // the next byte of it
 
-  size_t total() const { return bytes[0] + bytes[1]; }
-  void issue(size_t n_bytes) {
-    for (const size_t end = std::min(next + n_bytes, total()); next < end; next += 64) {
-      const int which = next < bytes[0] ? 0 : 1;
-      __builtin_prefetch(base[which] + (next - (which ? bytes[0] : 0)), 0, 1);
+  void add(const char* p, size_t n) {
+    if (n > 0 && runs < kMaxRuns) {
+      base[runs] = p;
+      bytes[runs++] = n;
     }
   }
-  // The first n_bytes of K's rows and of V's rows.
-  void issue_heads(size_t n_bytes) const {
-    for (int w = 0; w < 2; ++w)
-      for (size_t off = 0; off < std::min(n_bytes, bytes[w]); off += 64) __builtin_prefetch(base[w] + off, 0, 1);
+  size_t total() const {
+    size_t t = 0;
+    for (int i = 0; i < runs; ++i) t += bytes[i];
+    return t;
   }
+  // The next n_bytes of the stream: what lies in the current run as lines for a kernel to spread;
+  // what lies past its end (a share that crosses into the next run) asked for at once.
+  PrefetchLines take(size_t n_bytes) {
+    PrefetchLines first;
+    while (n_bytes > 0 && at < runs) {
+      const size_t n = std::min(n_bytes, bytes[at] - off);
+      const PrefetchLines part{base[at] + off, static_cast<int64_t>((n + 63) / 64)};
+      if (first.lines == 0) first = part;
+      else PrefetchLines(part).issue_rest();
+      n_bytes -= n;
+      off += n;
+      if (off >= bytes[at]) {
+        ++at;
+        off = 0;
+      }
+    }
+    return first;
+  }
+  void issue(size_t n_bytes) { take(n_bytes).issue_rest(); }
 };
 
 // Decode (T == 1, fp32 q and out): the attended keys are split into chunks across threads
@@ -207,17 +238,12 @@ void attend_decode(const AttendArgs& a) {
     const int64_t k0 = lo + c * chunk, k1 = std::min(hi, k0 + chunk);
     return Task{b, hk, (b * Hkv + hk) * S + k0, k1 - k0};
   };
-  auto task_rows = [&](int64_t tk) {
-    TaskPrefetch pf;
-    const Task t = task_of(tk);
-    if (t.nk <= 0) return pf;
-    int i = 0;
-    for (const CacheRows* cr : {&a.k, &a.v}) {
-      const size_t esize = cr->t->element_size();
-      pf.base[i] = static_cast<const char*>(cr->t->data) + static_cast<size_t>(t.row0 * D) * esize;
-      pf.bytes[i++] = static_cast<size_t>(t.nk * D) * esize;
-    }
-    return pf;
+  // Rows [r0, r0 + n) of a cache, as bytes.
+  const auto rows_at = [&](const CacheRows& cr, int64_t r0) {
+    return static_cast<const char*>(cr.t->data) + static_cast<size_t>(r0 * D) * cr.t->element_size();
+  };
+  const auto rows_bytes = [&](const CacheRows& cr, int64_t n) {
+    return static_cast<size_t>(std::max<int64_t>(0, n) * D) * cr.t->element_size();
   };
   auto body = [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scores, rowbuf;
@@ -235,22 +261,34 @@ void attend_decode(const AttendArgs& a) {
         std::fill(sl + 2, sl + slot, 0.0f);
       }
       if (nk <= 0) continue;
-      if (task == t0) task_rows(task).issue_heads(static_cast<size_t>(kBlock * D) * a.k.t->element_size());
-      TaskPrefetch next = task + 1 < t1 ? task_rows(task + 1) : TaskPrefetch{};
-      const size_t slice = (next.total() / static_cast<size_t>(2 * ((nk + kBlock - 1) / kBlock)) + 64) & ~size_t{63};
+      TaskPrefetch stream;
+      if (task == t0) {
+        const int64_t head = std::min(kBlock, nk);
+        for (const CacheRows* cr : {&a.k, &a.v}) {
+          PrefetchLines{rows_at(*cr, row0), static_cast<int64_t>((rows_bytes(*cr, head) + 63) / 64)}.issue_rest();
+        }
+        stream.add(rows_at(a.k, row0 + head), rows_bytes(a.k, nk - head));
+        stream.add(rows_at(a.v, row0 + head), rows_bytes(a.v, nk - head));
+      }
+      if (task + 1 < t1) {
+        const Task n1 = task_of(task + 1);
+        stream.add(rows_at(a.k, n1.row0), rows_bytes(a.k, n1.nk));
+        stream.add(rows_at(a.v, n1.row0), rows_bytes(a.v, n1.nk));
+      }
+      const size_t slice = (stream.total() / static_cast<size_t>(2 * ((nk + kBlock - 1) / kBlock)) + 64) & ~size_t{63};
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
         const int64_t nb = std::min(kBlock, nk - j0);
         if (int8_cache) {
           const int64_t h0 = t.b * Hq + t.hk * group;  // the group's first query head
           f32.i8_scores.fn(q8 + h0 * D, qs + h0, group, a.k.t->ptr<int8_t>() + (row0 + j0) * D, a.k.scales + row0 + j0,
-                           nb, D, scores.data() + j0, chunk);
+                           nb, D, scores.data() + j0, chunk, stream.take(slice));
         } else {
           const float* K = a.k.rows(row0 + j0, nb, rowbuf.data());
           for (int64_t g = 0; g < group; ++g) {
             gemv_rows_f32(qg + g * D, K, D, D, 0, nb, scores.data() + g * chunk + j0, !a.k.in_place());
           }
+          stream.issue(slice);
         }
-        next.issue(slice);
       }
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * chunk;
@@ -263,14 +301,14 @@ void attend_decode(const AttendArgs& a) {
         const int64_t nb = std::min(kBlock, nk - j0);
         if (int8_cache) {
           f32.i8_weighted_rows.fn(scores.data() + j0, chunk, group, a.v.t->ptr<int8_t>() + (row0 + j0) * D,
-                                  a.v.scales + row0 + j0, nb, D, sl0 + 2, slot);
+                                  a.v.scales + row0 + j0, nb, D, sl0 + 2, slot, stream.take(slice));
         } else {
           const float* V = a.v.rows(row0 + j0, nb, rowbuf.data());
           for (int64_t g = 0; g < group; ++g) {
             weighted_rows_sum_f32(scores.data() + g * chunk + j0, V, D, nb, D, sl0 + g * slot + 2);
           }
+          stream.issue(slice);
         }
-        next.issue(slice);
       }
     }
   };

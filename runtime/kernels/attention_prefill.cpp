@@ -142,7 +142,7 @@ void attend_prefill(const AttendArgs& a) {
         for (int64_t j0 = 0; j0 < nk; j0 += kKeyBlock) {
           const int64_t kb = std::min(kKeyBlock, nk - j0);
           f32.i8_scores.fn(buf.q8.data(), buf.qs.data(), G, a.k.t->ptr<int8_t>() + (row0 + j0) * D,
-                           a.k.scales + row0 + j0, kb, D, sc + j0, nk);
+                           a.k.scales + row0 + j0, kb, D, sc + j0, nk, PrefetchLines{});
         }
       } else {
         // Scores: key rows as A (mr at a time) against the query panels; the tile [keys,

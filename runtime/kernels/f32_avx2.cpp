@@ -299,10 +299,12 @@ EMBER_AVX2 void scaled_i8_to_float_avx2(const int8_t* src, const float* scales, 
 // sums come out of one horizontal-add tree per head.
 template <int NG>
 EMBER_AVX2 void i8_scores_avx2_t(const float* q, const float* qs, const int8_t* K, const float* ks, int64_t n, int64_t D,
-                                 float* s, int64_t lds) {
+                                 float* s, int64_t lds, PrefetchLines& pf) {
   const int64_t D8 = D & ~int64_t{7};
+  const int64_t per = pf.per(n / 4);
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
+    pf.issue(per);
     const int8_t* k = K + j * D;
     __m256 acc[NG][4];
     for (int g = 0; g < NG; ++g)
@@ -343,29 +345,31 @@ EMBER_AVX2 void i8_scores_avx2_t(const float* q, const float* qs, const int8_t* 
 // The query codes as fp32 (exact), 3 heads at a time: products and partial sums of codes stay
 // integers below 2^24, so the fp32 FMAs sum them exactly, in any order.
 EMBER_AVX2 void i8_scores_avx2(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks,
-                               int64_t n, int64_t D, float* s, int64_t lds) {
+                               int64_t n, int64_t D, float* s, int64_t lds, PrefetchLines pf) {
   alignas(32) float qf[3 * kMaxI8ScoresDim];
   for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators, all in registers
     const int64_t ng = std::min<int64_t>(3, G - g0);
     for (int64_t i = 0; i < ng * D; ++i) qf[i] = static_cast<float>(q8[g0 * D + i]);
     float* sg = s + g0 * lds;
     switch (ng) {
-      case 1: i8_scores_avx2_t<1>(qf, qs + g0, K, ks, n, D, sg, lds); break;
-      case 2: i8_scores_avx2_t<2>(qf, qs + g0, K, ks, n, D, sg, lds); break;
-      default: i8_scores_avx2_t<3>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      case 1: i8_scores_avx2_t<1>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      case 2: i8_scores_avx2_t<2>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      default: i8_scores_avx2_t<3>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
     }
   }
+  pf.issue_rest();
 }
 
 // out[g][d0 + 0..8 NC) += sum_j w[g * ldw + j] * V[j][d0 + ...] for NG (<= 3) heads: NG x NC
 // accumulators and NG broadcast weights stay in registers.
 template <int NG, int NC>
 EMBER_AVX2 void i8_weighted_cols_avx2(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D, int64_t d0,
-                                      float* out, int64_t ldo) {
+                                      float* out, int64_t ldo, PrefetchLines& pf, int64_t per) {
   __m256 acc[NG][NC];
   for (int g = 0; g < NG; ++g)
     for (int c = 0; c < NC; ++c) acc[g][c] = _mm256_loadu_ps(out + g * ldo + d0 + 8 * c);
   for (int64_t j = 0; j < n; ++j) {
+    pf.issue(per);
     const int8_t* v = V + j * D + d0;
     __m256 wg[NG];
     for (int g = 0; g < NG; ++g) wg[g] = _mm256_broadcast_ss(w + g * ldw + j);
@@ -380,17 +384,17 @@ EMBER_AVX2 void i8_weighted_cols_avx2(const float* w, int64_t ldw, const int8_t*
 
 template <int NG>
 EMBER_AVX2 void i8_weighted_rows_avx2_t(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D, float* out,
-                                        int64_t ldo) {
+                                        int64_t ldo, PrefetchLines& pf, int64_t per) {
   // Passes of 4 x 8 dims, or of 3 x 8 for 3 heads (4 would leave no register for the widened
   // codes: GCC spills an accumulator, a store and reload per row).
   constexpr int kNC = NG == 3 ? 3 : 4;
   const int64_t D8 = D & ~int64_t{7};
   int64_t d0 = 0;
-  for (; d0 + 8 * kNC <= D8; d0 += 8 * kNC) i8_weighted_cols_avx2<NG, kNC>(w, ldw, V, n, D, d0, out, ldo);
+  for (; d0 + 8 * kNC <= D8; d0 += 8 * kNC) i8_weighted_cols_avx2<NG, kNC>(w, ldw, V, n, D, d0, out, ldo, pf, per);
   switch ((D8 - d0) / 8) {
-    case 1: i8_weighted_cols_avx2<NG, 1>(w, ldw, V, n, D, d0, out, ldo); break;
-    case 2: i8_weighted_cols_avx2<NG, 2>(w, ldw, V, n, D, d0, out, ldo); break;
-    case 3: i8_weighted_cols_avx2<NG, 3>(w, ldw, V, n, D, d0, out, ldo); break;
+    case 1: i8_weighted_cols_avx2<NG, 1>(w, ldw, V, n, D, d0, out, ldo, pf, per); break;
+    case 2: i8_weighted_cols_avx2<NG, 2>(w, ldw, V, n, D, d0, out, ldo, pf, per); break;
+    case 3: i8_weighted_cols_avx2<NG, 3>(w, ldw, V, n, D, d0, out, ldo, pf, per); break;
     default: break;
   }
   for (int64_t j = 0; j < n && D8 < D; ++j)
@@ -401,8 +405,9 @@ EMBER_AVX2 void i8_weighted_rows_avx2_t(const float* w, int64_t ldw, const int8_
 // The row scales are folded into the weights first (p * scale, a block of rows at a time on the
 // stack), so the main loop is one FMA per code and head.
 EMBER_AVX2 void i8_weighted_rows_avx2(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
-                                      int64_t n, int64_t D, float* out, int64_t ldo) {
+                                      int64_t n, int64_t D, float* out, int64_t ldo, PrefetchLines pf) {
   constexpr int64_t kRows = 256;
+  const int64_t per = pf.per(n);  // per row of the first pass over each block of rows
   alignas(32) float w[3 * kRows];
   for (int64_t j0 = 0; j0 < n; j0 += kRows) {
     const int64_t nb = std::min(kRows, n - j0);
@@ -419,12 +424,13 @@ EMBER_AVX2 void i8_weighted_rows_avx2(const float* p, int64_t ldp, int64_t G, co
       const int8_t* vb = V + j0 * D;
       float* og = out + g0 * ldo;
       switch (ng) {
-        case 1: i8_weighted_rows_avx2_t<1>(w, kRows, vb, nb, D, og, ldo); break;
-        case 2: i8_weighted_rows_avx2_t<2>(w, kRows, vb, nb, D, og, ldo); break;
-        default: i8_weighted_rows_avx2_t<3>(w, kRows, vb, nb, D, og, ldo); break;
+        case 1: i8_weighted_rows_avx2_t<1>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
+        case 2: i8_weighted_rows_avx2_t<2>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
+        default: i8_weighted_rows_avx2_t<3>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
       }
     }
   }
+  pf.issue_rest();
 }
 
 __attribute__((target("avx2,f16c"))) void half_to_float_f16c(const uint16_t* src, float* dst, int64_t n) {

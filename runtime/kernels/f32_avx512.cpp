@@ -321,10 +321,12 @@ EMBER_AVX512 inline void i8_scores_step(__m512 (&acc)[NG][4], const float* q, co
 // widened once, in a register, for all NG heads (see the AVX2 version); D's tail is masked.
 template <int NG>
 EMBER_AVX512 void i8_scores_avx512_t(const float* q, const float* qs, const int8_t* K, const float* ks, int64_t n,
-                                     int64_t D, float* s, int64_t lds) {
+                                     int64_t D, float* s, int64_t lds, PrefetchLines& pf) {
   const int64_t D16 = D & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (D - D16)) - 1);
+  const int64_t per = pf.per((n + 3) / 4);
   for (int64_t j = 0; j < n; j += 4) {
+    pf.issue(per);
     const int rows = static_cast<int>(std::min<int64_t>(4, n - j));
     const int8_t* k = K + j * D;
     __m512 acc[NG][4];
@@ -346,30 +348,33 @@ EMBER_AVX512 void i8_scores_avx512_t(const float* q, const float* qs, const int8
 
 // The query codes as fp32 (exact; see the AVX2 version), 3 heads at a time.
 EMBER_AVX512 void i8_scores_avx512(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks,
-                                   int64_t n, int64_t D, float* s, int64_t lds) {
+                                   int64_t n, int64_t D, float* s, int64_t lds, PrefetchLines pf) {
   alignas(64) float qf[3 * kMaxI8ScoresDim];
   for (int64_t g0 = 0; g0 < G; g0 += 3) {  // 3 heads x 4 rows: 12 accumulators
     const int64_t ng = std::min<int64_t>(3, G - g0);
     for (int64_t i = 0; i < ng * D; ++i) qf[i] = static_cast<float>(q8[g0 * D + i]);
     float* sg = s + g0 * lds;
     switch (ng) {
-      case 1: i8_scores_avx512_t<1>(qf, qs + g0, K, ks, n, D, sg, lds); break;
-      case 2: i8_scores_avx512_t<2>(qf, qs + g0, K, ks, n, D, sg, lds); break;
-      default: i8_scores_avx512_t<3>(qf, qs + g0, K, ks, n, D, sg, lds); break;
+      case 1: i8_scores_avx512_t<1>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      case 2: i8_scores_avx512_t<2>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      default: i8_scores_avx512_t<3>(qf, qs + g0, K, ks, n, D, sg, lds, pf); break;
     }
   }
+  pf.issue_rest();
 }
 
 // out[g][d0 .. d0 + 16 NC) += sum_j w[g * ldw + j] * V[j][...] for NG (<= 3) heads, the last
 // vector masked by `tail`: NG x NC accumulators and NG broadcast weights stay in registers.
 template <int NG, int NC>
 EMBER_AVX512 void i8_weighted_cols_avx512(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
-                                          int64_t d0, __mmask16 tail, float* out, int64_t ldo) {
+                                          int64_t d0, __mmask16 tail, float* out, int64_t ldo, PrefetchLines& pf,
+                                          int64_t per) {
   const auto mask = [tail](int c) { return c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
   __m512 acc[NG][NC];
   for (int g = 0; g < NG; ++g)
     for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_maskz_loadu_ps(mask(c), out + g * ldo + d0 + 16 * c);
   for (int64_t j = 0; j < n; ++j) {
+    pf.issue(per);
     const int8_t* v = V + j * D + d0;
     __m512 wg[NG];
     for (int g = 0; g < NG; ++g) wg[g] = _mm512_set1_ps(w[g * ldw + j]);
@@ -384,16 +389,16 @@ EMBER_AVX512 void i8_weighted_cols_avx512(const float* w, int64_t ldw, const int
 
 template <int NG>
 EMBER_AVX512 void i8_weighted_rows_avx512_t(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
-                                            float* out, int64_t ldo) {
+                                            float* out, int64_t ldo, PrefetchLines& pf, int64_t per) {
   constexpr int64_t kNC = 4;  // 3 heads x 4 vectors = 12 accumulators: head dims up to 64 in one pass
   for (int64_t d0 = 0; d0 < D; d0 += 16 * kNC) {
     const int64_t left = std::min<int64_t>(16 * kNC, D - d0), vecs = (left + 15) / 16;
     const __mmask16 tail = static_cast<__mmask16>(left % 16 == 0 ? 0xFFFF : (1u << (left % 16)) - 1);
     switch (vecs) {
-      case 1: i8_weighted_cols_avx512<NG, 1>(w, ldw, V, n, D, d0, tail, out, ldo); break;
-      case 2: i8_weighted_cols_avx512<NG, 2>(w, ldw, V, n, D, d0, tail, out, ldo); break;
-      case 3: i8_weighted_cols_avx512<NG, 3>(w, ldw, V, n, D, d0, tail, out, ldo); break;
-      default: i8_weighted_cols_avx512<NG, kNC>(w, ldw, V, n, D, d0, tail, out, ldo); break;
+      case 1: i8_weighted_cols_avx512<NG, 1>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
+      case 2: i8_weighted_cols_avx512<NG, 2>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
+      case 3: i8_weighted_cols_avx512<NG, 3>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
+      default: i8_weighted_cols_avx512<NG, kNC>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
     }
   }
 }
@@ -401,8 +406,10 @@ EMBER_AVX512 void i8_weighted_rows_avx512_t(const float* w, int64_t ldw, const i
 // The row scales are folded into the weights first (p * scale, a block of rows at a time on the
 // stack), so the main loop is one FMA per code and head.
 EMBER_AVX512 void i8_weighted_rows_avx512(const float* p, int64_t ldp, int64_t G, const int8_t* V,
-                                          const float* scales, int64_t n, int64_t D, float* out, int64_t ldo) {
+                                          const float* scales, int64_t n, int64_t D, float* out, int64_t ldo,
+                                          PrefetchLines pf) {
   constexpr int64_t kRows = 256;
+  const int64_t per = pf.per(n);  // per row of the first pass over each block of rows
   alignas(64) float w[3 * kRows];
   for (int64_t j0 = 0; j0 < n; j0 += kRows) {
     const int64_t nb = std::min(kRows, n - j0);
@@ -420,12 +427,13 @@ EMBER_AVX512 void i8_weighted_rows_avx512(const float* p, int64_t ldp, int64_t G
       const int8_t* vb = V + j0 * D;
       float* og = out + g0 * ldo;
       switch (ng) {
-        case 1: i8_weighted_rows_avx512_t<1>(w, kRows, vb, nb, D, og, ldo); break;
-        case 2: i8_weighted_rows_avx512_t<2>(w, kRows, vb, nb, D, og, ldo); break;
-        default: i8_weighted_rows_avx512_t<3>(w, kRows, vb, nb, D, og, ldo); break;
+        case 1: i8_weighted_rows_avx512_t<1>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
+        case 2: i8_weighted_rows_avx512_t<2>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
+        default: i8_weighted_rows_avx512_t<3>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
       }
     }
   }
+  pf.issue_rest();
 }
 // argmax (f32_kernels.h): as the AVX2 version, 16 lanes.
 EMBER_AVX512 int64_t argmax_avx512(const float* x, int64_t n) {

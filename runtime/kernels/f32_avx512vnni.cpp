@@ -52,9 +52,11 @@ EMBER_AVX512VNNI inline void four_rows(__m512i (&a)[NG], const __m512i* q, const
 // lane L (of 4) holds the head's 32-bit code group 4 L + k, repeated 4 times.
 template <int NG>
 EMBER_AVX512VNNI void scores_t(const __m512i* q, const int32_t* corr, const float* qs, const int8_t* K, const float* ks,
-                               int64_t n, int64_t D, float* s, int64_t lds) {
+                               int64_t n, int64_t D, float* s, int64_t lds, PrefetchLines& pf) {
   const int64_t chunks = (D + 63) / 64;
+  const int64_t per = pf.per((n + 15) / 16);
   for (int64_t j = 0; j < n; j += 16) {
+    pf.issue(per);
     const int64_t rows = std::min<int64_t>(16, n - j);
     const bool full = rows == 16 && D % 64 == 0;
     __m512i acc[NG][4];
@@ -83,7 +85,7 @@ EMBER_AVX512VNNI void scores_t(const __m512i* q, const int32_t* corr, const floa
 }
 
 EMBER_AVX512VNNI void i8_scores_vnni(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks,
-                                     int64_t n, int64_t D, float* s, int64_t lds) {
+                                     int64_t n, int64_t D, float* s, int64_t lds, PrefetchLines pf) {
   constexpr int kHeads = 4;  // 4 heads x 4 row groups: 16 accumulators
   alignas(64) __m512i q[kHeads * kMaxChunks * 4];
   int32_t corr[kHeads];
@@ -110,12 +112,13 @@ EMBER_AVX512VNNI void i8_scores_vnni(const int8_t* q8, const float* qs, int64_t 
     }
     float* sg = s + g0 * lds;
     switch (ng) {
-      case 1: scores_t<1>(q, corr, qs + g0, K, ks, n, D, sg, lds); break;
-      case 2: scores_t<2>(q, corr, qs + g0, K, ks, n, D, sg, lds); break;
-      case 3: scores_t<3>(q, corr, qs + g0, K, ks, n, D, sg, lds); break;
-      default: scores_t<4>(q, corr, qs + g0, K, ks, n, D, sg, lds); break;
+      case 1: scores_t<1>(q, corr, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      case 2: scores_t<2>(q, corr, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      case 3: scores_t<3>(q, corr, qs + g0, K, ks, n, D, sg, lds, pf); break;
+      default: scores_t<4>(q, corr, qs + g0, K, ks, n, D, sg, lds, pf); break;
     }
   }
+  pf.issue_rest();
 }
 #endif  // EMBER_X86
 

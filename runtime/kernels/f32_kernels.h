@@ -37,6 +37,24 @@ using WeightedRowsSumFn = void (*)(const float* p, const float* V, int64_t ldv, 
 using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
 // dst[r * D + d] = float(src[r * D + d]) * scales[r] for r < rows, d < D (the int8 KV cache's rows).
 using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst);
+// Cache lines a kernel asks for (prefetcht2, into L2) while it computes, a few per step of its
+// loop, so that fetching them overlaps its math: decode attention hands the int8 cache kernels the
+// rows it reads next (attention.cpp, TaskPrefetch). Asked for in one burst instead, the requests
+// fill the core's line-fill buffers and stall it until the lines arrive. Nothing here changes a
+// result.
+struct PrefetchLines {
+  const char* p = nullptr;
+  int64_t lines = 0;  // 64-byte lines from p
+
+  // Lines per step to ask for all of them in `steps` steps.
+  int64_t per(int64_t steps) const { return steps > 1 ? (lines + steps - 1) / steps : lines; }
+  // Asks for the next n lines (or as many as are left).
+  void issue(int64_t n) {
+    for (; n > 0 && lines > 0; --n, --lines, p += 64) __builtin_prefetch(p, 0, 1);
+  }
+  void issue_rest() { issue(lines); }
+};
+
 // The int8 KV cache read in place by G query heads at once (decode attention, one kv head's
 // group): K and V are n rows of D int8 codes, row j worth codes * ks[j].
 // Scores take the queries in int8 too, each head's row quantized as the cache's rows are
@@ -44,12 +62,14 @@ using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64
 //   s[g * lds + j] = float(sum_d q8[g * D + d] * K[j * D + d]) * (qs[g] * ks[j])   for g < G, j < n,
 // the integer sum exact on every path (D <= kMaxI8ScoresDim keeps it below 2^24, so fp32 paths
 // hold it exactly too): every ISA gives the same bits.
+// Both kernels also ask for the cache lines `pf` names (into L2), spread over the rows they walk,
+// all of them asked for by the time they return (PrefetchLines).
 constexpr int64_t kMaxI8ScoresDim = 1024;
 using I8ScoresFn = void (*)(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks, int64_t n,
-                            int64_t D, float* s, int64_t lds);
+                            int64_t D, float* s, int64_t lds, PrefetchLines pf);
 // P·V: out[g * ldo + 0..D) += sum_{j<n} p[g * ldp + j] * scales[j] * V[j * D + 0..D) for g < G.
 using I8WeightedRowsFn = void (*)(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
-                                  int64_t n, int64_t D, float* out, int64_t ldo);
+                                  int64_t n, int64_t D, float* out, int64_t ldo, PrefetchLines pf);
 
 // The first index of the largest value of x[0..n) (ties: the lowest index; NaN never chosen), or
 // -1 when no value is above -inf. Every level gives the same index.

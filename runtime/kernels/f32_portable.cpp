@@ -92,8 +92,10 @@ void scaled_i8_to_float_portable(const int8_t* src, const float* scales, int64_t
 }
 
 void i8_scores_portable(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks, int64_t n,
-                        int64_t D, float* s, int64_t lds) {
+                        int64_t D, float* s, int64_t lds, PrefetchLines pf) {
+  const int64_t per = pf.per(n);
   for (int64_t j = 0; j < n; ++j) {
+    pf.issue(per);
     const int8_t* k = K + j * D;
     for (int64_t g = 0; g < G; ++g) {
       const int8_t* qg = q8 + g * D;
@@ -102,11 +104,14 @@ void i8_scores_portable(const int8_t* q8, const float* qs, int64_t G, const int8
       s[g * lds + j] = static_cast<float>(acc) * (qs[g] * ks[j]);
     }
   }
+  pf.issue_rest();
 }
 
 void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales, int64_t n,
-                               int64_t D, float* out, int64_t ldo) {
+                               int64_t D, float* out, int64_t ldo, PrefetchLines pf) {
+  const int64_t per = pf.per(n);
   for (int64_t j = 0; j < n; ++j) {
+    pf.issue(per);
     const int8_t* v = V + j * D;
     for (int64_t g = 0; g < G; ++g) {
       const float w = p[g * ldp + j] * scales[j];
@@ -114,6 +119,7 @@ void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int
       for (int64_t d = 0; d < D; ++d) o[d] += w * static_cast<float>(v[d]);
     }
   }
+  pf.issue_rest();
 }
 
 void half_to_float_portable(const uint16_t* src, float* dst, int64_t n) {
