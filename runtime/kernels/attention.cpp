@@ -118,53 +118,56 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
   return Error::ok();
 }
 
-// The cache lines a decode task asks for into L2 (prefetcht2) as it computes: one stream of up to
-// four runs of cache rows, handed out in equal shares, one per block of rows in each of the task's
-// two passes (scores over K, then P.V over V). A task streams the next task's K and V rows, so that
-// fetching them overlaps its math. A thread's first task, whose rows nothing asked for ahead,
-// first asks for its first block of K and of V at once, then streams its own K rows past them
-// (ahead of its scores pass) and its V rows (ahead of its P.V pass) before the next task's. The int8 cache's kernels spread each share over their rows (PrefetchLines); the other
-// caches' blocks ask for it in one burst after each block.
+// The cache lines a decode task asks for into L2 (prefetcht2) as it computes: a stream of up to
+// two runs of cache rows, each run K's rows and the same V rows side by side, handed out in equal
+// shares, one per block of rows in each of the task's two passes (scores over K, then P.V over V).
+// A task streams the next task's rows, so that fetching them overlaps its math. A thread's first
+// task, whose rows nothing asked for ahead, first asks for its first block of K and of V at once,
+// then streams the rest of its own rows before the next task's. The int8 cache's kernels spread
+// each share over their rows (PrefetchLines); the other caches' blocks ask for it in one burst
+// after each block.
 //
 // Asking for a whole long chunk at once stalls the core until the lines arrive: on a Zen 4 at
 // position ~1,900 with an int8 cache, one thread's attention took 48-56 us per layer that way,
 // 37-44 spread, 30-33 with the rows in cache. On a 2-core Xeon VM (AVX512-VNNI, SmolLM2 decode at
-// ~1,880 over a real prompt, the rows coming from the last-level cache), a thread's first task
-// took 2.3x as long as its later ones; streaming its own rows, and spreading the shares over the
-// kernels' rows instead of a burst per block, took the attention op from 113-118k to 101-104k TSC
-// cycles per call: decode steps at ~1,880 -1% to -7% (alternating processes, 7 pairs), steps at
-// ~95 and 4 sessions batched at 60-400 unchanged (within +-1.6%).
+// ~1,880 over a real prompt, the rows coming from the last-level cache or DRAM at ~13 GB/s per
+// core), a thread's first task took 2.3x as long as its later ones; streaming its own rows, and
+// spreading the shares over the kernels' rows instead of a burst per block, took the attention op
+// from 113-118k to 101-104k TSC cycles per call: decode steps at ~1,880 -1% to -7% (alternating
+// processes, 7 pairs), steps at ~95 and 4 sessions batched at 60-400 unchanged (within +-1.6%).
+// K's and V's rows side by side rather than one after the other: steps at ~1,880 -0.5% and -1.1%
+// more (in-process, alternating every 10 steps, ~800 steps each way).
 struct TaskPrefetch {
-  static constexpr int kMaxRuns = 4;
-  const char* base[kMaxRuns] = {};
-  size_t bytes[kMaxRuns] = {};
+  struct Run {
+    const char* k;
+    const char* v;
+    size_t bytes;  // of each
+  };
+  Run run[2] = {};
   int runs = 0;
-  int at = 0;       // the run being handed out
-  size_t off = 0;   // the next byte of it
+  int at = 0;      // the run being handed out
+  size_t off = 0;  // the next byte of its K and V rows
 
-  void add(const char* p, size_t n) {
-    if (n > 0 && runs < kMaxRuns) {
-      base[runs] = p;
-      bytes[runs++] = n;
-    }
+  void add(const char* k, const char* v, size_t bytes) {
+    if (bytes > 0 && runs < 2) run[runs++] = Run{k, v, bytes};
   }
-  size_t total() const {
-    size_t t = 0;
-    for (int i = 0; i < runs; ++i) t += bytes[i];
-    return t;
-  }
-  // The next n_bytes of the stream: what lies in the current run as lines for a kernel to spread;
-  // what lies past its end (a share that crosses into the next run) asked for at once.
+  size_t total() const { return 2 * (runs > 0 ? run[0].bytes : 0) + 2 * (runs > 1 ? run[1].bytes : 0); }
+  // The next n_bytes of the stream, half K's rows and half V's, as lines for a kernel to spread;
+  // what lies past the current run's end (a share that crosses into the next run) asked for at once.
   PrefetchLines take(size_t n_bytes) {
     PrefetchLines first;
-    while (n_bytes > 0 && at < runs) {
-      const size_t n = std::min(n_bytes, bytes[at] - off);
-      const PrefetchLines part{base[at] + off, static_cast<int64_t>((n + 63) / 64)};
-      if (first.lines == 0) first = part;
-      else PrefetchLines(part).issue_rest();
-      n_bytes -= n;
+    bool have = false;
+    for (size_t side = n_bytes / 2; side > 0 && at < runs;) {
+      const size_t n = std::min(side, run[at].bytes - off);
+      const int64_t lines = static_cast<int64_t>((n + 63) / 64);
+      PrefetchLines part;
+      part.p[0] = run[at].k + off, part.p[1] = run[at].v + off;
+      part.lines[0] = part.lines[1] = lines;
+      if (!have) first = part, have = true;
+      else part.issue_rest();
+      side -= n;
       off += n;
-      if (off >= bytes[at]) {
+      if (off >= run[at].bytes) {
         ++at;
         off = 0;
       }
@@ -264,16 +267,15 @@ void attend_decode(const AttendArgs& a) {
       TaskPrefetch stream;
       if (task == t0) {
         const int64_t head = std::min(kBlock, nk);
-        for (const CacheRows* cr : {&a.k, &a.v}) {
-          PrefetchLines{rows_at(*cr, row0), static_cast<int64_t>((rows_bytes(*cr, head) + 63) / 64)}.issue_rest();
-        }
-        stream.add(rows_at(a.k, row0 + head), rows_bytes(a.k, nk - head));
-        stream.add(rows_at(a.v, row0 + head), rows_bytes(a.v, nk - head));
+        PrefetchLines first;
+        first.p[0] = rows_at(a.k, row0), first.p[1] = rows_at(a.v, row0);
+        first.lines[0] = first.lines[1] = static_cast<int64_t>((rows_bytes(a.k, head) + 63) / 64);
+        first.issue_rest();
+        stream.add(rows_at(a.k, row0 + head), rows_at(a.v, row0 + head), rows_bytes(a.k, nk - head));
       }
       if (task + 1 < t1) {
         const Task n1 = task_of(task + 1);
-        stream.add(rows_at(a.k, n1.row0), rows_bytes(a.k, n1.nk));
-        stream.add(rows_at(a.v, n1.row0), rows_bytes(a.v, n1.nk));
+        stream.add(rows_at(a.k, n1.row0), rows_at(a.v, n1.row0), rows_bytes(a.k, n1.nk));
       }
       const size_t slice = (stream.total() / static_cast<size_t>(2 * ((nk + kBlock - 1) / kBlock)) + 64) & ~size_t{63};
       for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {

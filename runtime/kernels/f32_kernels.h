@@ -39,20 +39,29 @@ using HalfToFloatFn = void (*)(const uint16_t* src, float* dst, int64_t n);
 using ScaledI8ToFloatFn = void (*)(const int8_t* src, const float* scales, int64_t rows, int64_t D, float* dst);
 // Cache lines a kernel asks for (prefetcht2, into L2) while it computes, a few per step of its
 // loop, so that fetching them overlaps its math: decode attention hands the int8 cache kernels the
-// rows it reads next (attention.cpp, TaskPrefetch). Asked for in one burst instead, the requests
-// fill the core's line-fill buffers and stall it until the lines arrive. Nothing here changes a
-// result.
+// rows it reads next (attention.cpp, TaskPrefetch), K's rows and V's side by side (two sequential
+// streams, asked for in turn). Asked for in one burst instead, the requests fill the core's
+// line-fill buffers and stall it until the lines arrive. Nothing here changes a result.
 struct PrefetchLines {
-  const char* p = nullptr;
-  int64_t lines = 0;  // 64-byte lines from p
+  const char* p[2] = {nullptr, nullptr};
+  int64_t lines[2] = {0, 0};  // 64-byte lines from p[i]
 
+  int64_t total() const { return lines[0] + lines[1]; }
   // Lines per step to ask for all of them in `steps` steps.
-  int64_t per(int64_t steps) const { return steps > 1 ? (lines + steps - 1) / steps : lines; }
-  // Asks for the next n lines (or as many as are left).
+  int64_t per(int64_t steps) const { return steps > 1 ? (total() + steps - 1) / steps : total(); }
+  // Asks for the next n lines (or as many as are left), from the two spans in turn.
   void issue(int64_t n) {
-    for (; n > 0 && lines > 0; --n, --lines, p += 64) __builtin_prefetch(p, 0, 1);
+    while (n > 0 && total() > 0) {
+      for (int i = 0; i < 2 && n > 0; ++i) {
+        if (lines[i] == 0) continue;
+        __builtin_prefetch(p[i], 0, 1);
+        p[i] += 64;
+        --lines[i];
+        --n;
+      }
+    }
   }
-  void issue_rest() { issue(lines); }
+  void issue_rest() { issue(total()); }
 };
 
 // The int8 KV cache read in place by G query heads at once (decode attention, one kv head's
