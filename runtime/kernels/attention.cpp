@@ -131,12 +131,12 @@ Error sdpa_k(KernelContext&, KernelArgs a) {
 // position ~1,900 with an int8 cache, one thread's attention took 48-56 us per layer that way,
 // 37-44 spread, 30-33 with the rows in cache. On a 2-core Xeon VM (AVX512-VNNI, SmolLM2 decode at
 // ~1,880 over a real prompt, the rows coming from the last-level cache or DRAM at ~13 GB/s per
-// core), a thread's first task took 2.3x as long as its later ones; streaming its own rows, and
-// spreading the shares over the kernels' rows instead of a burst per block, took the attention op
-// from 113-118k to 101-104k TSC cycles per call: decode steps at ~1,880 -1% to -7% (alternating
-// processes, 7 pairs), steps at ~95 and 4 sessions batched at 60-400 unchanged (within +-1.6%).
-// K's and V's rows side by side rather than one after the other: steps at ~1,880 -0.5% and -1.1%
-// more (in-process, alternating every 10 steps, ~800 steps each way).
+// core), a thread's first task took 2.3x as long as its later ones (~30k against ~13k TSC cycles);
+// streaming its own rows, and spreading the shares over the kernels' rows instead of a burst per
+// block: decode steps at ~1,880 -1% to -7% (alternating processes, 7 pairs), steps at ~95 and 4
+// sessions batched at 60-400 unchanged (within +-1.6%); K's and V's rows side by side rather than
+// one after the other: -0.5% and -1.1% more (in-process, alternating every 10 steps). With both, the
+// op takes ~90k cycles per call against 113-118k (first tasks ~23k, the others ~11.6k).
 struct TaskPrefetch {
   struct Run {
     const char* k;
@@ -161,10 +161,15 @@ struct TaskPrefetch {
       const size_t n = std::min(side, run[at].bytes - off);
       const int64_t lines = static_cast<int64_t>((n + 63) / 64);
       PrefetchLines part;
-      part.p[0] = run[at].k + off, part.p[1] = run[at].v + off;
+      part.p[0] = run[at].k + off;
+      part.p[1] = run[at].v + off;
       part.lines[0] = part.lines[1] = lines;
-      if (!have) first = part, have = true;
-      else part.issue_rest();
+      if (have) {
+        part.issue_rest();
+      } else {
+        first = part;
+        have = true;
+      }
       side -= n;
       off += n;
       if (off >= run[at].bytes) {
@@ -268,7 +273,8 @@ void attend_decode(const AttendArgs& a) {
       if (task == t0) {
         const int64_t head = std::min(kBlock, nk);
         PrefetchLines first;
-        first.p[0] = rows_at(a.k, row0), first.p[1] = rows_at(a.v, row0);
+        first.p[0] = rows_at(a.k, row0);
+        first.p[1] = rows_at(a.v, row0);
         first.lines[0] = first.lines[1] = static_cast<int64_t>((rows_bytes(a.k, head) + 63) / 64);
         first.issue_rest();
         stream.add(rows_at(a.k, row0 + head), rows_at(a.v, row0 + head), rows_bytes(a.k, nk - head));
