@@ -151,13 +151,18 @@ struct TaskPrefetch {
   void add(const char* k, const char* v, size_t bytes) {
     if (bytes > 0 && runs < 2) run[runs++] = Run{k, v, bytes};
   }
-  size_t total() const { return 2 * (runs > 0 ? run[0].bytes : 0) + 2 * (runs > 1 ? run[1].bytes : 0); }
+  size_t total() const {
+    size_t t = 0;
+    for (int i = 0; i < runs; ++i) t += 2 * run[i].bytes;
+    return t;
+  }
   // The next n_bytes of the stream, half K's rows and half V's, as lines for a kernel to spread;
   // what lies past the current run's end (a share that crosses into the next run) asked for at once.
   PrefetchLines take(size_t n_bytes) {
     PrefetchLines first;
     bool have = false;
-    for (size_t side = n_bytes / 2; side > 0 && at < runs;) {
+    // Whole lines per side: shares that split a line would ask for it twice.
+    for (size_t side = (n_bytes / 2 + 63) & ~size_t{63}; side > 0 && at < runs;) {
       const size_t n = std::min(side, run[at].bytes - off);
       const int64_t lines = static_cast<int64_t>((n + 63) / 64);
       PrefetchLines part;
