@@ -142,10 +142,13 @@ class PyRunner {
 
   py::object next() {
     auto lk = lock();
-    Result<int64_t> r = [&] {
+    // A token the helper already sampled is taken with the GIL held: releasing it would let
+    // another thread take it, and getting it back can take that thread's whole switch interval.
+    Result<int64_t> r{TextRunner::kDone};
+    if (!runner_->try_next(&r)) {
       py::gil_scoped_release nogil;
-      return runner_->next();
-    }();
+      r = runner_->next();
+    }
     int64_t t = unwrap(std::move(r));
     return t == TextRunner::kDone ? py::object(py::none()) : py::object(py::int_(t));
   }

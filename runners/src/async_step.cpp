@@ -6,10 +6,15 @@
 namespace ember {
 namespace runners {
 
+AsyncStep::AsyncStep(TextDecoder* decoder, AdvanceFn advance, size_t depth)
+    : decoder_(decoder), advance_(std::move(advance)), depth_(depth < 1 ? 1 : depth), ring_(depth_ + 1) {}
+
 AsyncStep::~AsyncStep() {
   if (!started_) return;
   {
     std::unique_lock<std::mutex> lk(mu_);
+    may_advance_ = false;  // a helper waiting for room ends its chain instead
+    cv_.notify_all();
     cv_.wait(lk, [&] { return !requested_ && !running_; });  // a step in flight finishes first
     quit_ = true;
   }
@@ -29,23 +34,41 @@ Error AsyncStep::launch(int64_t token, int64_t pos) {
     token_ = token;
     pos_ = pos;
     requested_ = true;
+    may_advance_ = true;
   }
   launched_ = true;
   cv_.notify_all();
   return Error::ok();
 }
 
+AsyncStep::Outcome AsyncStep::take_locked() {
+  Outcome out = std::move(ring_[head_]);
+  head_ = (head_ + 1) % ring_.size();
+  --count_;
+  launched_ = out.advanced && out.result.launch;  // the chain goes on past this outcome
+  return out;
+}
+
 AsyncStep::Outcome AsyncStep::wait(bool allow_advance) {
   std::unique_lock<std::mutex> lk(mu_);
-  owner_waiting_ = allow_advance;
-  cv_.wait(lk, [&] { return ready_; });
-  owner_waiting_ = false;
-  ready_ = false;
-  Outcome out = std::move(outcome_);
+  if (!allow_advance && may_advance_) {
+    may_advance_ = false;
+    cv_.notify_all();  // a helper waiting for room may go on (and end its chain)
+  }
+  cv_.wait(lk, [&] { return count_ > 0; });
+  Outcome out = take_locked();
   lk.unlock();
-  cv_.notify_all();  // a step the helper started itself may be waiting to hand over its outcome
-  launched_ = out.advanced && out.result.launch;  // the helper started the next step itself
+  cv_.notify_all();  // room for the helper's next outcome
   return out;
+}
+
+bool AsyncStep::poll(Outcome* out) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (count_ == 0) return false;
+  *out = take_locked();
+  lk.unlock();
+  cv_.notify_all();
+  return true;
 }
 
 void* AsyncStep::thread_main(void* self) {
@@ -62,26 +85,29 @@ void AsyncStep::loop() {
     requested_ = false;
     running_ = true;
     lk.unlock();
-    // Steps back to back while advance asks for the next one: the mutex is not taken between
-    // handing an outcome over and starting the next step.
+    // Steps back to back while advance asks for the next one and the owner keeps up (at most
+    // depth_ outcomes waiting for it).
     for (bool again = true; again;) {
       Outcome out;
       out.step = decoder_->step(&token, 1, pos);
       lk.lock();
-      cv_.wait(lk, [&] { return !ready_; });  // the last outcome is the owner's first
-      const bool advance = owner_waiting_ && advance_;
+      cv_.wait(lk, [&] { return count_ < depth_ || !may_advance_; });
+      const bool advance = may_advance_ && advance_;
       lk.unlock();
-      // The owner is blocked in wait(true) until ready_: advance runs on its behalf.
       if (advance) out.advanced = advance_(&out.step, &out.result);
+      lk.lock();
+      // An owner that began draining while advance ran gets no further step: the token advance
+      // sampled stays unfed, as when it decides to stop.
+      if (!may_advance_) out.result.launch = false;
       again = out.advanced && out.result.launch;
       if (again) {
         token = out.result.next_token;
         pos = out.result.next_pos;
+      } else {
+        running_ = false;
       }
-      lk.lock();
-      if (!again) running_ = false;
-      outcome_ = std::move(out);
-      ready_ = true;
+      ring_[(head_ + count_) % ring_.size()] = std::move(out);
+      ++count_;
       lk.unlock();
       cv_.notify_all();
     }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "async_step.h"
 #include "ember/runtime/memory_limit.h"
@@ -20,7 +19,11 @@ TextRunner::TextRunner(std::unique_ptr<TextDecoder> decoder)
     : decoder_(std::move(decoder)), sampler_(decoder_->info().vocab_size) {
   cached_.reserve(static_cast<size_t>(decoder_->info().max_context_len));
   const char* ahead = std::getenv("EMBER_STEP_AHEAD");
-  step_ahead_ = ahead == nullptr || std::strcmp(ahead, "0") != 0;
+  if (ahead != nullptr && ahead[0] != '\0') {
+    char* end = nullptr;
+    const long depth = std::strtol(ahead, &end, 10);
+    if (*end == '\0' && depth >= 0) ahead_depth_ = static_cast<size_t>(std::min(depth, kMaxAheadDepth));
+  }
 }
 
 Result<std::unique_ptr<TextRunner>> TextRunner::load(const std::string& path, int threads, LoadMode mode) {
@@ -89,7 +92,24 @@ Error TextRunner::accept_step(Result<const float*> logits) {
 
 bool TextRunner::stepping_ahead() const { return ahead_ != nullptr && ahead_->launched(); }
 
-Error TextRunner::drain() { return stepping_ahead() ? accept_step(std::move(ahead_->wait(false).step)) : Error::ok(); }
+Error TextRunner::drain() {
+  if (!stepping_ahead()) return Error::ok();
+  Error error = Error::ok();
+  while (stepping_ahead()) {
+    AsyncStep::Outcome o = ahead_->wait(false);
+    if (o.advanced) continue;  // advance accepted its step; its token was never returned (below)
+    Error e = accept_step(std::move(o.step));
+    if (e && !error) error = std::move(e);
+  }
+  // Tokens the helper sampled ahead that next() never returned are not part of the generation:
+  // neither counted nor left in cached_ (their cache rows are simply overwritten later).
+  if (stats_.generated_tokens > returned_) {
+    stats_.generated_tokens = returned_;
+    stats_.decode_ms = returned_decode_ms_;
+  }
+  cached_.resize(std::min(cached_.size(), prompt_len_ + static_cast<size_t>(returned_)));
+  return error;
+}
 
 void TextRunner::set_active(bool active) {
   if (active == active_) return;
@@ -138,6 +158,9 @@ Error TextRunner::start(const int64_t* prompt, size_t n, const GenerateConfig& c
   stats_ = Stats();
   stats_.load_ms = load_ms;
   stats_.prompt_tokens = static_cast<int64_t>(n);
+  prompt_len_ = n;
+  returned_ = 0;
+  returned_decode_ms_ = 0;
   start_time_ = Clock::now();
 
   // Keep the common prefix; recompute at least the last prompt token for its logits.
@@ -171,53 +194,80 @@ Result<int64_t> TextRunner::next() {
     finish(StopReason::kStopped);
     return kDone;
   }
+  if (stepping_ahead()) {  // first: the helper owns pending_ and the rest until its chain ends
+    Result<int64_t> token{kDone};
+    collect(true, &token);
+    return token;
+  }
   const LlmInfo& info = decoder_->info();
   if (pending_ != kDone) {
-    if (stepping_ahead()) {
-      AsyncStep::Outcome o = ahead_->wait(true);
-      if (o.advanced) return conclude(std::move(o.result.token), done_reason_);  // the helper sampled it
-      Error e = accept_step(std::move(o.step));
-      if (e) {
-        set_active(false);
-        return e;
-      }
-    } else {
-      if (stats_.generated_tokens >= config_.max_new_tokens) {
-        finish(StopReason::kMaxTokens);
-        return kDone;
-      }
-      if (static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
-        finish(StopReason::kContextFull);
-        return kDone;
-      }
-      Error e = accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
-      if (e) {
-        set_active(false);
-        return e;
-      }
+    if (stats_.generated_tokens >= config_.max_new_tokens) {
+      finish(StopReason::kMaxTokens);
+      return kDone;
+    }
+    if (static_cast<int64_t>(cached_.size()) >= info.max_context_len) {
+      finish(StopReason::kContextFull);
+      return kDone;
+    }
+    Error e = accept_step(decoder_->step(&pending_, 1, static_cast<int64_t>(cached_.size())));
+    if (e) {
+      set_active(false);
+      return e;
     }
   }
+  return sample_and_launch();
+}
+
+bool TextRunner::try_next(Result<int64_t>* token) {
+  return active_ && !stop_requested_.load(std::memory_order_relaxed) && stepping_ahead() && collect(false, token);
+}
+
+bool TextRunner::collect(bool block, Result<int64_t>* token) {
+  AsyncStep::Outcome o;
+  if (block) o = ahead_->wait(true);
+  else if (!ahead_->poll(&o)) return false;
+  if (o.advanced) {  // the helper sampled it
+    *token = conclude(std::move(o.result.token), o.result.reason, o.result.decode_ms);
+    return true;
+  }
+  Error e = accept_step(std::move(o.step));
+  if (e) {
+    set_active(false);
+    *token = e;
+    return true;
+  }
+  *token = sample_and_launch();
+  return true;
+}
+
+Result<int64_t> TextRunner::sample_and_launch() {
   bool launch = false;
   Result<int64_t> token = sample_next(&launch);
   if (launch) {
     if (ahead_ == nullptr) {
-      // The helper advances the generation itself when this thread already waits for the step.
-      ahead_ = std::make_unique<AsyncStep>(decoder_.get(), [this](Result<const float*>* step, AsyncStep::Advanced* out) {
-        if (stop_requested_.load(std::memory_order_relaxed)) return false;  // next() stops it
-        Error e = accept_step(std::move(*step));
-        if (e) {
-          out->token = e;
-          return true;
-        }
-        out->token = sample_next(&out->launch);
-        out->next_token = pending_;
-        out->next_pos = static_cast<int64_t>(cached_.size());
-        return true;
-      });
+      // From here the helper samples each token and starts its step itself, up to ahead_depth_
+      // tokens ahead of this thread.
+      ahead_ = std::make_unique<AsyncStep>(
+          decoder_.get(),
+          [this](Result<const float*>* step, AsyncStep::Advanced* out) {
+            if (stop_requested_.load(std::memory_order_relaxed)) return false;  // next() stops it
+            Error e = accept_step(std::move(*step));
+            if (e) {
+              out->token = e;
+              return true;
+            }
+            out->token = sample_next(&out->launch);
+            out->reason = done_reason_;
+            out->decode_ms = stats_.decode_ms;
+            out->next_token = pending_;
+            out->next_pos = static_cast<int64_t>(cached_.size());
+            return true;
+          },
+          ahead_depth_);
     }
-    if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) step_ahead_ = false;  // no helper: run steps here
+    if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) ahead_depth_ = 0;  // no helper: steps here
   }
-  return conclude(std::move(token), done_reason_);
+  return conclude(std::move(token), done_reason_, stats_.decode_ms);
 }
 
 Result<int64_t> TextRunner::sample_next(bool* launch) {
@@ -247,17 +297,22 @@ Result<int64_t> TextRunner::sample_next(bool* launch) {
   }
   pending_ = id;
   ++stats_.generated_tokens;
-  *launch = step_ahead_ && stats_.generated_tokens < config_.max_new_tokens &&
+  *launch = ahead_depth_ > 0 && stats_.generated_tokens < config_.max_new_tokens &&
             static_cast<int64_t>(cached_.size()) < info.max_context_len;
   return id;
 }
 
-Result<int64_t> TextRunner::conclude(Result<int64_t> token, StopReason reason) {
+Result<int64_t> TextRunner::conclude(Result<int64_t> token, StopReason reason, double decode_ms) {
   if (!token.ok()) {
     set_active(false);
     return token.error();
   }
-  if (*token == kDone) finish(reason);
+  if (*token == kDone) {
+    finish(reason);
+  } else {
+    ++returned_;
+    returned_decode_ms_ = decode_ms;
+  }
   return token;
 }
 

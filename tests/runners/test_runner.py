@@ -192,17 +192,18 @@ def test_prefix_reuse_gives_the_same_tokens_as_a_fresh_run(runner, tiny_path) ->
     assert runner.generate(diverged, gen_config(6))[0] == third and runner.stats["reused_tokens"] == 0
 
 
-@pytest.mark.parametrize("ahead", ["1", "0"])
+@pytest.mark.parametrize("ahead", ["4", "1", "0"])
 def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, monkeypatch, ahead) -> None:
-    """next() starts the returned token's step before returning (EMBER_STEP_AHEAD, on by default);
-    a generation stopped by its callback still completes that step, so the token is cached, and
-    the tokens, the follow-up's reuse and its answer are those of a run without stepping ahead."""
+    """next() starts the returned token's step before returning (EMBER_STEP_AHEAD, 4 tokens ahead by
+    default); a generation stopped by its callback still completes that step, so the token is
+    cached, and the tokens, the follow-up's reuse and its answer are those of a run without
+    stepping ahead."""
     monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
     runner = _runner.Runner(str(tiny_path), 1)
     seen = []
     tokens, reason = runner.generate(PROMPT, gen_config(20), lambda t: len(seen.append(t) or seen) < 3)
     assert reason == "stopped" and tokens == fresh(tiny_path, PROMPT, 3)
-    fed = tokens if ahead == "1" else tokens[:-1]
+    fed = tokens if ahead != "0" else tokens[:-1]
     assert runner.cached_tokens == PROMPT + fed
     follow = PROMPT + tokens + [50, 51]
     second, _ = runner.generate(follow, gen_config(5))
@@ -213,7 +214,39 @@ def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, m
     first = [runner.next(), runner.next()]
     runner.stop()
     assert runner.next() is None and runner.stop_reason == "stopped"
-    assert runner.cached_tokens == PROMPT + (first if ahead == "1" else first[:1])
+    assert runner.cached_tokens == PROMPT + (first if ahead != "0" else first[:1])
+
+
+@pytest.mark.parametrize("ahead", ["4", "2"])
+def test_the_helper_runs_ahead_of_a_slow_caller(tiny_path, monkeypatch, ahead) -> None:
+    """While the caller is busy, the helper samples up to EMBER_STEP_AHEAD tokens and runs their steps;
+    next() hands them over in order (the tokens of a plain run). Stopped with tokens sampled ahead,
+    those are dropped: the usage counts and cached_tokens hold only the tokens returned."""
+    monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
+    runner = _runner.Runner(str(tiny_path), 1)
+    expected = fresh(tiny_path, PROMPT, 24)
+    config = gen_config(24)
+    runner.start(PROMPT, config)
+    got = [runner.next()]
+    time.sleep(0.5)  # the caller is slow: the helper goes on alone, `ahead` tokens at most
+    while (token := runner.next()) is not None:
+        got.append(token)
+        time.sleep(0.01 if len(got) % 5 else 0.2)
+    assert got == expected and runner.stats["generated_tokens"] == 24
+    assert runner.stats["decode_steps"] == 23  # the last token is returned, never fed
+    runner.start(PROMPT, config)
+    got = [runner.next(), runner.next()]
+    time.sleep(0.5)
+    steps_before_stop = int(ahead) + 1 + 1  # the second token's step, `ahead` more, and the one running
+    runner.stop()
+    assert runner.next() is None and runner.stop_reason == "stopped"
+    assert got == expected[:2] and runner.stats["generated_tokens"] == 2
+    assert runner.cached_tokens == PROMPT + got
+    assert runner.stats["decode_steps"] <= steps_before_stop
+    # The next prompt reuses what was returned and answers as a fresh run does.
+    follow = PROMPT + got + [7]
+    assert runner.generate(follow, gen_config(6))[0] == fresh(tiny_path, follow, 6)
+    assert runner.stats["reused_tokens"] == len(PROMPT) + 2
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,14 @@
 //   - `start(prompt, config)` then `next()` until it returns kDone: one token per call.
 // Step ahead: once next() has sampled a token that generation will feed, it starts that token's
 // forward step on a helper thread (AsyncStep) before returning, so the caller's work with the
-// token overlaps the step; the following next() collects it. When next() is already waiting as
-// the step ends, the helper also samples the following token and starts its step at once (the
-// same tokens; no wake-up of the caller's thread between steps). A generation that ends early
-// (stop(), a callback returning false) still completes that step, and the token is then in
-// cached_tokens(). EMBER_STEP_AHEAD=0 runs every step inside next() instead.
+// token overlaps the step. From then on the helper samples each token and starts its step itself,
+// up to 4 tokens ahead of the caller (EMBER_STEP_AHEAD=N: N; 0: every step runs inside next()),
+// and next() hands them over in order: the same tokens, but a caller that is slow for a moment
+// (its thread waiting for the GIL, say) holds up neither its generation nor a batch of sessions.
+// A generation that ends early (stop(), a callback returning false) still completes the step of
+// the last token returned, which is then in cached_tokens(); tokens sampled ahead but never
+// returned are dropped: not counted, not in cached_tokens() (stop() is seen at the next token,
+// so at most one more step runs).
 // `stop()` may be called from any thread; it ends the current generation at the next token.
 // Everything else is single-threaded.
 #pragma once
@@ -87,6 +90,10 @@ class TextRunner {
   Error start(const int64_t* prompt, size_t n, const GenerateConfig& config);
   // The next token, or kDone (see stop_reason()). Errors only if a forward step fails.
   Result<int64_t> next();
+  // next() when its result is already there (a token the helper sampled ahead): true and *token
+  // set, without waiting; false (nothing done) when next() would wait or compute. Lets a caller
+  // holding a lock it would rather not release while waiting (Python's GIL) skip that.
+  bool try_next(Result<int64_t>* token);
 
   Result<GenerateResult> generate(const std::vector<int64_t>& prompt, const GenerateConfig& config,
                                   const TokenCallback& on_token = nullptr);
@@ -123,15 +130,23 @@ class TextRunner {
   Error accept_step(Result<const float*> logits);
   // Whether a step started ahead (AsyncStep) is waiting to be collected.
   bool stepping_ahead() const;
-  // Collects a step started ahead, if any (accept_step).
+  // Collects the steps started ahead, if any (the helper samples no further token): accepts the
+  // last one, drops the tokens sampled ahead that were not returned.
   Error drain();
   // Samples the token after logits_ and decides what follows (next()'s work once the step is
   // in): returns the token (*launch: start its step ahead now), kDone (done_reason_ says why;
   // finish() is the caller's) or the sampler's error. Runs on the owner's thread, or on the
-  // helper's while the owner waits for it (AsyncStep).
+  // helper's while it steps ahead (AsyncStep; the owner then touches none of this state).
   Result<int64_t> sample_next(bool* launch);
-  // next()'s result from sample_next's: finishes the generation on kDone, ends it on an error.
-  Result<int64_t> conclude(Result<int64_t> token, StopReason reason);
+  // next()'s work once a step is in (or with no step yet): sample_next, start the token's step
+  // ahead when it says so, conclude.
+  Result<int64_t> sample_and_launch();
+  // The next outcome of the steps started ahead (stepping_ahead()): waits for it (block) or takes
+  // it only if it is there (false when not), then makes next()'s result of it.
+  bool collect(bool block, Result<int64_t>* token);
+  // next()'s result from sample_next's: finishes the generation on kDone, ends it on an error;
+  // a token counts as returned, with the generation's decode time at its sampling (decode_ms).
+  Result<int64_t> conclude(Result<int64_t> token, StopReason reason, double decode_ms);
 
   std::unique_ptr<TextDecoder> decoder_;
   Sampler sampler_;
@@ -146,7 +161,13 @@ class TextRunner {
   Clock::time_point start_time_;
   int64_t batched_steps_sum_ = 0;  // sum over decode steps of the sessions sharing each
   Clock::time_point first_token_time_;  // when the first token of this generation was sampled
-  bool step_ahead_ = true;              // EMBER_STEP_AHEAD, read at creation
+  // How many tokens the helper may sample ahead of the caller (EMBER_STEP_AHEAD, read at creation;
+  // 0: every step runs inside next()).
+  static constexpr long kMaxAheadDepth = 64;
+  size_t ahead_depth_ = 4;
+  size_t prompt_len_ = 0;               // the generation's prompt length
+  int64_t returned_ = 0;                // tokens next() returned in this generation
+  double returned_decode_ms_ = 0;       // Stats::decode_ms when the last of them was sampled
   StopReason done_reason_ = StopReason::kNone;  // why sample_next last returned kDone
   std::unique_ptr<AsyncStep> ahead_;    // made on the first step started ahead
 };
