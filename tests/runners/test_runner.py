@@ -3,6 +3,7 @@ conditions, stop() from another thread, callbacks, cache-prefix reuse and bad in
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -288,3 +289,44 @@ def test_a_program_without_llm_metadata_is_rejected(tmp_path) -> None:
 def test_missing_file_is_an_io_error(tmp_path) -> None:
     with pytest.raises(EmberError):
         _runner.Runner(str(tmp_path / "nope.ember"), 1)
+
+
+def test_sessions_stepping_ahead_with_random_stops_and_slow_callers(tiny_path) -> None:
+    """4 sessions batched, each in its own thread, generate with random stops and random pauses between
+    tokens (the helpers run ahead, fill their queues, are drained at a stop): every token is the one a
+    fresh runner samples, and a stopped generation's usage and cached_tokens hold exactly what it returned."""
+    config = lambda: gen_config(24, temperature=0.8, seed=3, top_k=50)  # noqa: E731
+    prompts = [PROMPT[:5], PROMPT[:9], PROMPT[:14]]
+    expected = {tuple(p): _runner.Runner(str(tiny_path), 2).generate(p, config())[0] for p in prompts}
+    base = _runner.Runner(str(tiny_path), 2)
+    sessions = [base] + [base.session() for _ in range(3)]
+    failures: list = []
+
+    def work(i: int) -> None:
+        rnd = random.Random(i)
+        s = sessions[i]
+        for _ in range(40):
+            prompt = rnd.choice(prompts)
+            stop_at = rnd.choice([None, 1, 2, 5, 17])
+            s.start(prompt, config())
+            got = []
+            while True:
+                if len(got) == stop_at:
+                    s.stop()
+                token = s.next()
+                if token is None:
+                    break
+                got.append(token)
+                if rnd.random() < 0.2:
+                    time.sleep(rnd.random() * 0.003)
+            want = expected[tuple(prompt)][: 24 if stop_at is None else stop_at]
+            if got != want or s.stats["generated_tokens"] != len(got) or (
+                    stop_at is not None and s.cached_tokens != prompt + got):
+                failures.append((i, prompt, stop_at, got, s.stats["generated_tokens"], len(s.cached_tokens)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and failures == []
