@@ -91,7 +91,7 @@ class AsyncStep {
   // Under mu_:
   bool requested_ = false;  // a step (token_, pos_) for the helper to start
   bool running_ = false;    // the helper is running a chain of steps
-  bool may_advance_ = false;
+  bool may_advance_ = false;  // set by launch(), cleared by a draining wait(false)
   bool quit_ = false;
   int64_t token_ = 0, pos_ = 0;
   std::vector<Outcome> ring_;  // depth_ + 1 slots (draining may add one past depth_)
