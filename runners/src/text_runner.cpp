@@ -243,6 +243,9 @@ bool TextRunner::collect(bool block, Result<int64_t>* token) {
 Result<int64_t> TextRunner::sample_and_launch() {
   bool launch = false;
   Result<int64_t> token = sample_next(&launch);
+  // Read before the launch: from then on the helper writes them.
+  const StopReason reason = done_reason_;
+  const double decode_ms = stats_.decode_ms;
   if (launch) {
     if (ahead_ == nullptr) {
       // From here the helper samples each token and starts its step itself, up to ahead_depth_
@@ -267,7 +270,7 @@ Result<int64_t> TextRunner::sample_and_launch() {
     }
     if (ahead_->launch(pending_, static_cast<int64_t>(cached_.size()))) ahead_depth_ = 0;  // no helper: steps here
   }
-  return conclude(std::move(token), done_reason_, stats_.decode_ms);
+  return conclude(std::move(token), reason, decode_ms);
 }
 
 Result<int64_t> TextRunner::sample_next(bool* launch) {
