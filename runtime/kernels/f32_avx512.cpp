@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "f32_kernels.h"
+#include "i8_pv.h"
 #include "kernel_utils.h"
 
 #include "x86_simd.h"
@@ -363,78 +364,12 @@ EMBER_AVX512 void i8_scores_avx512(const int8_t* q8, const float* qs, int64_t G,
   pf.issue_rest();
 }
 
-// out[g][d0 .. d0 + 16 NC) += sum_j w[g * ldw + j] * V[j][...] for NG (<= 3) heads, the last
-// vector masked by `tail`: NG x NC accumulators and NG broadcast weights stay in registers.
-template <int NG, int NC>
-EMBER_AVX512 void i8_weighted_cols_avx512(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
-                                          int64_t d0, __mmask16 tail, float* out, int64_t ldo, PrefetchLines& pf,
-                                          int64_t per) {
-  const auto mask = [tail](int c) { return c == NC - 1 ? tail : static_cast<__mmask16>(0xFFFF); };
-  __m512 acc[NG][NC];
-  for (int g = 0; g < NG; ++g)
-    for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_maskz_loadu_ps(mask(c), out + g * ldo + d0 + 16 * c);
-  for (int64_t j = 0; j < n; ++j) {
-    pf.issue(per);
-    const int8_t* v = V + j * D + d0;
-    __m512 wg[NG];
-    for (int g = 0; g < NG; ++g) wg[g] = _mm512_set1_ps(w[g * ldw + j]);
-    for (int c = 0; c < NC; ++c) {
-      const __m512 x = i8x16_to_ps(v + 16 * c, mask(c));
-      for (int g = 0; g < NG; ++g) acc[g][c] = _mm512_fmadd_ps(wg[g], x, acc[g][c]);
-    }
-  }
-  for (int g = 0; g < NG; ++g)
-    for (int c = 0; c < NC; ++c) _mm512_mask_storeu_ps(out + g * ldo + d0 + 16 * c, mask(c), acc[g][c]);
-}
+#define PV_TARGET EMBER_AVX512
+#define PV_DOT(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
+#include "i8_pv_avx512.inc"
+#undef PV_TARGET
+#undef PV_DOT
 
-template <int NG>
-EMBER_AVX512 void i8_weighted_rows_avx512_t(const float* w, int64_t ldw, const int8_t* V, int64_t n, int64_t D,
-                                            float* out, int64_t ldo, PrefetchLines& pf, int64_t per) {
-  constexpr int64_t kNC = 4;  // 3 heads x 4 vectors = 12 accumulators: head dims up to 64 in one pass
-  for (int64_t d0 = 0; d0 < D; d0 += 16 * kNC) {
-    const int64_t left = std::min<int64_t>(16 * kNC, D - d0), vecs = (left + 15) / 16;
-    const __mmask16 tail = static_cast<__mmask16>(left % 16 == 0 ? 0xFFFF : (1u << (left % 16)) - 1);
-    switch (vecs) {
-      case 1: i8_weighted_cols_avx512<NG, 1>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
-      case 2: i8_weighted_cols_avx512<NG, 2>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
-      case 3: i8_weighted_cols_avx512<NG, 3>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
-      default: i8_weighted_cols_avx512<NG, kNC>(w, ldw, V, n, D, d0, tail, out, ldo, pf, per); break;
-    }
-  }
-}
-
-// The row scales are folded into the weights first (p * scale, a block of rows at a time on the
-// stack), so the main loop is one FMA per code and head.
-EMBER_AVX512 void i8_weighted_rows_avx512(const float* p, int64_t ldp, int64_t G, const int8_t* V,
-                                          const float* scales, int64_t n, int64_t D, float* out, int64_t ldo,
-                                          PrefetchLines pf) {
-  constexpr int64_t kRows = 256;
-  const int64_t per = pf.per(n);  // per row of the first pass over each block of rows
-  alignas(64) float w[3 * kRows];
-  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
-    const int64_t nb = std::min(kRows, n - j0);
-    for (int64_t g0 = 0; g0 < G; g0 += 3) {
-      const int64_t ng = std::min<int64_t>(3, G - g0);
-      for (int64_t g = 0; g < ng; ++g) {
-        const float* pg = p + (g0 + g) * ldp + j0;
-        float* wg = w + g * kRows;
-        for (int64_t j = 0; j < nb; j += 16) {
-          const __mmask16 m = static_cast<__mmask16>(nb - j >= 16 ? 0xFFFF : (1u << (nb - j)) - 1);
-          _mm512_mask_storeu_ps(wg + j, m,
-                                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pg + j), _mm512_maskz_loadu_ps(m, scales + j0 + j)));
-        }
-      }
-      const int8_t* vb = V + j0 * D;
-      float* og = out + g0 * ldo;
-      switch (ng) {
-        case 1: i8_weighted_rows_avx512_t<1>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
-        case 2: i8_weighted_rows_avx512_t<2>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
-        default: i8_weighted_rows_avx512_t<3>(w, kRows, vb, nb, D, og, ldo, pf, per); break;
-      }
-    }
-  }
-  pf.issue_rest();
-}
 // argmax (f32_kernels.h): as the AVX2 version, 16 lanes.
 EMBER_AVX512 int64_t argmax_avx512(const float* x, int64_t n) {
   __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -476,7 +411,7 @@ void add_f32_avx512(F32Kernels& t) {
   t.silu.set(silu_avx512, kLevel);
   t.weighted_rows_sum.set(weighted_rows_sum_avx512, kLevel);
   t.i8_scores.set(i8_scores_avx512, kLevel);
-  t.i8_weighted_rows.set(i8_weighted_rows_avx512, kLevel);
+  t.i8_weighted_rows.set(i8_weighted_rows_int, kLevel);
 #else
   (void)t;
 #endif

@@ -76,7 +76,9 @@ struct PrefetchLines {
 constexpr int64_t kMaxI8ScoresDim = 1024;
 using I8ScoresFn = void (*)(const int8_t* q8, const float* qs, int64_t G, const int8_t* K, const float* ks, int64_t n,
                             int64_t D, float* s, int64_t lds, PrefetchLines pf);
-// P·V: out[g * ldo + 0..D) += sum_{j<n} p[g * ldp + j] * scales[j] * V[j * D + 0..D) for g < G.
+// P·V: out[g * ldo + 0..D) += sum_{j<n} p[g * ldp + j] * scales[j] * V[j * D + 0..D) for g < G, with
+// the weights rounded to int16 per block of rows and the products summed in integers (i8_pv.h):
+// every level gives the same bits. p's weights are >= 0 (a softmax's exponentials); D <= kMaxI8ScoresDim.
 using I8WeightedRowsFn = void (*)(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales,
                                   int64_t n, int64_t D, float* out, int64_t ldo, PrefetchLines pf);
 

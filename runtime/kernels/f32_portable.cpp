@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "f32_kernels.h"
+#include "i8_pv.h"
 #include "kernel_utils.h"
 
 namespace ember {
@@ -110,13 +111,32 @@ void i8_scores_portable(const int8_t* q8, const float* qs, int64_t G, const int8
 void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int8_t* V, const float* scales, int64_t n,
                                int64_t D, float* out, int64_t ldo, PrefetchLines pf) {
   const int64_t per = pf.per(n);
-  for (int64_t j = 0; j < n; ++j) {
-    pf.issue(per);
-    const int8_t* v = V + j * D;
+  float w[kPvRows];
+  int16_t q[kPvRows];
+  int32_t acc[kMaxI8ScoresDim];
+  for (int64_t j0 = 0; j0 < n; j0 += kPvRows) {
+    const int64_t nb = std::min(kPvRows, n - j0);
+    const int8_t* vb = V + j0 * D;
+    pf.issue(per * nb);
     for (int64_t g = 0; g < G; ++g) {
-      const float w = p[g * ldp + j] * scales[j];
+      bool clean = true;
+      float m = 0;
+      for (int64_t j = 0; j < nb; ++j) {
+        w[j] = p[g * ldp + j0 + j] * scales[j0 + j];
+        clean = clean && pv_clean(w[j]);
+        if (clean) m = std::max(m, w[j]);
+      }
       float* o = out + g * ldo;
-      for (int64_t d = 0; d < D; ++d) o[d] += w * static_cast<float>(v[d]);
+      if (!clean || !pv_quantized(m)) {
+        pv_float_rows(w, vb, nb, D, o);
+        continue;
+      }
+      const float inv = kPvCode / m, back = m / kPvCode;
+      for (int64_t j = 0; j < nb; ++j) q[j] = static_cast<int16_t>(std::nearbyint(w[j] * inv));
+      std::fill(acc, acc + D, 0);
+      for (int64_t j = 0; j < nb; ++j)
+        for (int64_t d = 0; d < D; ++d) acc[d] += static_cast<int32_t>(q[j]) * static_cast<int32_t>(vb[j * D + d]);
+      for (int64_t d = 0; d < D; ++d) o[d] = std::fma(static_cast<float>(acc[d]), back, o[d]);
     }
   }
   pf.issue_rest();
