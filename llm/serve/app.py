@@ -207,6 +207,7 @@ class _Server:
     async def stream(self, generation: Generation, answer: "_Answer", include_usage: bool, t0: float
                      ) -> AsyncIterator[str]:
         yield _sse(answer.chunk(role=True, include_usage=include_usage))
+        head, tail = answer.text_event_parts(include_usage)
         first = True
         try:
             async for event in generation.events():
@@ -220,7 +221,7 @@ class _Server:
                 if first:
                     self.metrics.time_to_first_token(time.perf_counter() - t0)
                     first = False
-                yield _sse(answer.chunk(text=event, include_usage=include_usage))
+                yield head + json.dumps(event, ensure_ascii=False) + tail
         except Exception as error:  # headers are sent: the error travels as an event (as OpenAI's does)
             log.exception("streamed generation failed")
             yield _sse(_as_api_error(error).body())
@@ -298,6 +299,13 @@ class _Answer:
         if include_usage:
             out["usage"] = None
         return out
+
+    def text_event_parts(self, include_usage: bool) -> tuple[str, str]:
+        """What comes before and after the JSON string of a streamed text piece in its SSE event
+        (`_sse(chunk(text=...))`): per piece, only the text is serialized."""
+        marker = "\0"  # serialized as "\u0000", which nothing else in a chunk contains
+        head, tail = _sse(self.chunk(text=marker, include_usage=include_usage)).split(json.dumps(marker))
+        return head, tail
 
     def usage_chunk(self, event: Finished) -> dict:
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
