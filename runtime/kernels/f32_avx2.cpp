@@ -435,7 +435,7 @@ EMBER_AVX2 void pv_cols_avx2(const int16_t* q, int64_t ldq, const float* back, c
       pv_rows_avx2<NG>(q + j, ldq, V + j * D + c0, _mm256_cvtepi8_epi16(_mm_loadu_si128(
                                                          reinterpret_cast<const __m128i*>(V + (j + 1) * D + c0))), acc);
   }
-  if (j < nb) pv_rows_avx2<NG>(q + j, ldq, V + j * D + c0, _mm256_setzero_si256(), acc);  // odd last row: zeros (q[nb] = 0)
+  if (j < nb) pv_rows_avx2<NG>(q + j, ldq, V + j * D + c0, _mm256_setzero_si256(), acc);  // odd: zeros (q[nb] = 0)
   // acc[g][0] lane 4L + i: column 8L + i; acc[g][1]: 8L + 4 + i.
   for (int g = 0; g < NG; ++g) {
     if (back[g] == 0) continue;
@@ -479,7 +479,8 @@ EMBER_AVX2 void i8_weighted_rows_avx2(const float* p, int64_t ldp, int64_t G, co
         if (back[g] == 0) continue;
         for (int64_t d = D16; d < D; ++d) {
           int32_t acc = 0;
-          for (int64_t j = 0; j < nb; ++j) acc += static_cast<int32_t>(q[g * ldq + j]) * static_cast<int32_t>(vb[j * D + d]);
+          for (int64_t j = 0; j < nb; ++j)
+            acc += static_cast<int32_t>(q[g * ldq + j]) * static_cast<int32_t>(vb[j * D + d]);
           og[g * ldo + d] = std::fma(static_cast<float>(acc), back[g], og[g * ldo + d]);
         }
       }
