@@ -475,15 +475,8 @@ EMBER_AVX2 void i8_weighted_rows_avx2(const float* p, int64_t ldp, int64_t G, co
           default: pv_cols_avx2<3>(q, ldq, back, vb, nb, D, c0, og, ldo, pf, per); break;
         }
       }
-      for (int g = 0; g < ng && D16 < D; ++g) {  // the last D % 16 columns
-        if (back[g] == 0) continue;
-        for (int64_t d = D16; d < D; ++d) {
-          int32_t acc = 0;
-          for (int64_t j = 0; j < nb; ++j)
-            acc += static_cast<int32_t>(q[g * ldq + j]) * static_cast<int32_t>(vb[j * D + d]);
-          og[g * ldo + d] = std::fma(static_cast<float>(acc), back[g], og[g * ldo + d]);
-        }
-      }
+      for (int g = 0; g < ng; ++g)  // the last D % 16 columns
+        if (back[g] != 0) pv_int_cols(q + g * ldq, vb, nb, D, D16, D, back[g], og + g * ldo);
     }
   }
   pf.issue_rest();

@@ -113,7 +113,6 @@ void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int
   const int64_t per = pf.per(n);
   float w[kPvRows];
   int16_t q[kPvRows];
-  int32_t acc[kMaxI8ScoresDim];
   for (int64_t j0 = 0; j0 < n; j0 += kPvRows) {
     const int64_t nb = std::min(kPvRows, n - j0);
     const int8_t* vb = V + j0 * D;
@@ -131,12 +130,9 @@ void i8_weighted_rows_portable(const float* p, int64_t ldp, int64_t G, const int
         pv_float_rows(w, vb, nb, D, o);
         continue;
       }
-      const float inv = kPvCode / m, back = m / kPvCode;
+      const float inv = kPvCode / m;
       for (int64_t j = 0; j < nb; ++j) q[j] = static_cast<int16_t>(std::nearbyint(w[j] * inv));
-      std::fill(acc, acc + D, 0);
-      for (int64_t j = 0; j < nb; ++j)
-        for (int64_t d = 0; d < D; ++d) acc[d] += static_cast<int32_t>(q[j]) * static_cast<int32_t>(vb[j * D + d]);
-      for (int64_t d = 0; d < D; ++d) o[d] = std::fma(static_cast<float>(acc[d]), back, o[d]);
+      pv_int_cols(q, vb, nb, D, 0, D, m / kPvCode, o);
     }
   }
   pf.issue_rest();

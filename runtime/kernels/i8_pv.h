@@ -39,5 +39,16 @@ inline void pv_float_rows(const float* w, const int8_t* V, int64_t nb, int64_t D
     for (int64_t d = 0; d < D; ++d) out[d] = std::fma(w[j], static_cast<float>(V[j * D + d]), out[d]);
 }
 
+// Columns [d0, d1) of one head's rounded block in integers: out[d] = fma(float(sum_j q[j] * V[j * D + d]),
+// back, out[d]) (the portable kernel; the SIMD ones' columns past their vector width).
+inline void pv_int_cols(const int16_t* q, const int8_t* V, int64_t nb, int64_t D, int64_t d0, int64_t d1, float back,
+                        float* out) {
+  for (int64_t d = d0; d < d1; ++d) {
+    int32_t acc = 0;
+    for (int64_t j = 0; j < nb; ++j) acc += static_cast<int32_t>(q[j]) * static_cast<int32_t>(V[j * D + d]);
+    out[d] = std::fma(static_cast<float>(acc), back, out[d]);
+  }
+}
+
 }  // namespace kern
 }  // namespace ember
