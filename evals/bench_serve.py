@@ -3,8 +3,10 @@
     python evals/bench_serve.py smol.ember [--sessions 4] [--clients 4 | 1,4] [--rounds 1]
                                 [--requests 32] [--max-tokens 64] [--threads 2] [--json]
 
-Starts `ember serve FILE` on a free 127.0.0.1 port, then `--clients` threads each send chat
-requests (streamed, greedy, different questions) until `--requests` have been sent in total.
+Starts `ember serve FILE` on a free 127.0.0.1 port, then `--clients` clients each send chat
+requests (streamed, greedy, different questions) until `--requests` have been sent in total. The
+clients share one asyncio loop and keep their connections alive (evals/sse_client.py): a load
+generator light enough not to take the cores it measures.
 With several client counts (`--clients 1,4 --rounds 3`), one server runs them in turn round by
 round (interleaved, so that the machine's slow spells hit them alike) and the summary gives each
 count's tok/s as a ratio to the first count's, per round and the median.
@@ -18,6 +20,7 @@ httpx and psutil.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -29,8 +32,11 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import httpx
 import psutil
+from sse_client import SSEConnection
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ["What is the capital of France?", "Name three primary colors.", "Explain what a bee does.",
@@ -114,52 +120,45 @@ def _stop_server(server: subprocess.Popen) -> None:
 
 
 def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Namespace) -> dict:
-    """`clients` threads send `args.requests` streamed chat requests in all; the run's figures."""
-    lock = threading.Lock()
+    """`clients` concurrent clients (one asyncio loop, one keep-alive connection each) send
+    `args.requests` streamed chat requests in all; the run's figures."""
     counter = iter(range(args.requests))
     ttfts: list[float] = []
     tokens: list[int] = []
     errors: list[str] = []
+    host, port = url.rsplit("//", 1)[1].split(":")
 
-    def client() -> None:
-        with httpx.Client(timeout=600) as http:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
+    async def client() -> None:
+        connection = SSEConnection(host, int(port))
+        try:
+            for i in counter:
                 body = {"model": "bench", "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
                         "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
                         "stream_options": {"include_usage": True}}
                 t0 = time.perf_counter()
-                first = None
-                try:
-                    with http.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                        if r.status_code != 200:
-                            raise RuntimeError(f"status {r.status_code}: {r.read()[:200]!r}")
-                        for line in r.iter_lines():
-                            if not line.startswith("data: {"):
-                                continue
-                            chunk = json.loads(line[6:])
-                            if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                                first = time.perf_counter() - t0
-                            if chunk.get("usage"):
-                                with lock:
-                                    tokens.append(chunk["usage"]["completion_tokens"])
-                    with lock:
-                        ttfts.append(first if first is not None else time.perf_counter() - t0)
-                except Exception as error:  # counted and reported: the goal is zero
-                    with lock:
-                        errors.append(str(error))
+                first: list[float] = []
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+                def on_event(chunk: dict) -> None:
+                    if not first and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                        first.append(time.perf_counter() - t0)
+                    if chunk.get("usage"):
+                        tokens.append(chunk["usage"]["completion_tokens"])
+
+                try:
+                    await connection.post_stream("/v1/chat/completions", body, on_event)
+                    ttfts.append(first[0] if first else time.perf_counter() - t0)
+                except Exception as error:  # counted and reported: the goal is zero
+                    errors.append(str(error))
+        finally:
+            await connection.close()
+
+    async def all_clients() -> None:
+        await asyncio.gather(*(client() for _ in range(clients)))
+
     server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
     before = _server_counters(url)
     start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    asyncio.run(all_clients())
     wall = time.perf_counter() - start
     server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
     client_cpu = time.process_time() - client_cpu

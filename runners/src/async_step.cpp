@@ -72,6 +72,9 @@ bool AsyncStep::poll(Outcome* out) {
 }
 
 void* AsyncStep::thread_main(void* self) {
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "ember-step");  // what top -H and /proc/*/task/*/comm show
+#endif
   static_cast<AsyncStep*>(self)->loop();
   return nullptr;
 }

@@ -190,6 +190,9 @@ class Pool {
   }
 
   static void* worker_main(void* self) {
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "ember-kernel");  // what top -H and /proc/*/task/*/comm show
+#endif
     static_cast<Pool*>(self)->worker_loop();
     return nullptr;
   }
