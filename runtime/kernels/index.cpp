@@ -265,6 +265,26 @@ Error index_put_k(KernelContext&, KernelArgs a) {
   });
 }
 
+// The rows of `self`'s shape split at dim d ([O, S, I]) that `idx` (n indices into S, negative ones
+// counted from the end, checked) names: scatter, src's n rows to those rows of dst (index_copy);
+// else those rows of src to dst's n rows (index_select). Rows of I elements of self's size.
+Error move_indexed_rows(const Tensor& self, int d, const Tensor& idx, int64_t n, void* dst, const void* src,
+                        bool scatter, const char* op) {
+  int64_t O, S, I;
+  split_at(self, d, &O, &S, &I);
+  const size_t es = self.element_size(), row = static_cast<size_t>(I) * es;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t t = 0;
+    EMBER_TRY(checked_index(idx, i, S, true, &t, op));
+    for (int64_t o = 0; o < O; ++o) {
+      const size_t at_s = static_cast<size_t>((o * S + t) * I) * es, at_n = static_cast<size_t>((o * n + i) * I) * es;
+      std::memmove(static_cast<uint8_t*>(dst) + (scatter ? at_s : at_n),
+                   static_cast<const uint8_t*>(src) + (scatter ? at_n : at_s), row);
+    }
+  }
+  return Error::ok();
+}
+
 // index_copy(self, dim, index, source): out[.., index[i], ..] = source[.., i, ..]
 Error index_copy_k(KernelContext&, KernelArgs a) {
   Tensor *self = nullptr, *idx = nullptr, *src = nullptr, *out = nullptr;
@@ -295,19 +315,7 @@ Error index_copy_k(KernelContext&, KernelArgs a) {
   EMBER_CHECK_ARG(ok, "index_copy: source %s does not match self %s with %" PRId64 " indices along dim %" PRId64,
                   src->describe(b1, sizeof b1), self->describe(b2, sizeof b2), n, d);
   EMBER_TRY(init_from_self(*self, *out, "index_copy"));
-  int64_t O, S, I;
-  split_at(*self, static_cast<int>(d), &O, &S, &I);
-  const size_t es = self->element_size();
-  const size_t row = static_cast<size_t>(I) * es;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t t = 0;
-    EMBER_TRY(checked_index(*idx, i, S, true, &t, "index_copy"));
-    for (int64_t o = 0; o < O; ++o) {
-      std::memmove(static_cast<uint8_t*>(out->data) + static_cast<size_t>((o * S + t) * I) * es,
-                   static_cast<const uint8_t*>(src->data) + static_cast<size_t>((o * n + i) * I) * es, row);
-    }
-  }
-  return Error::ok();
+  return move_indexed_rows(*self, static_cast<int>(d), *idx, n, out->data, src->data, true, "index_copy");
 }
 
 // index_select(self, dim, index)
@@ -332,19 +340,7 @@ Error index_select_k(KernelContext&, KernelArgs a) {
   int64_t sizes[kMaxDims];
   for (int k = 0; k < self->dim; ++k) sizes[k] = k == d ? n : self->sizes[k];
   EMBER_TRY(out->resize(sizes, self->dim));
-  int64_t O, S, I;
-  split_at(*self, static_cast<int>(d), &O, &S, &I);
-  const size_t es = self->element_size();
-  const size_t row = static_cast<size_t>(I) * es;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t t = 0;
-    EMBER_TRY(checked_index(*idx, i, S, true, &t, "index_select"));
-    for (int64_t o = 0; o < O; ++o) {
-      std::memcpy(static_cast<uint8_t*>(out->data) + static_cast<size_t>((o * n + i) * I) * es,
-                  static_cast<const uint8_t*>(self->data) + static_cast<size_t>((o * S + t) * I) * es, row);
-    }
-  }
-  return Error::ok();
+  return move_indexed_rows(*self, static_cast<int>(d), *idx, n, out->data, self->data, false, "index_select");
 }
 
 // gather(self, dim, index, sparse_grad): out[p] = self[p with p[dim] = index[p]]
