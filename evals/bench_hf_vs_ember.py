@@ -18,6 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine_state import describe, read_gbs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TEXT = ROOT / "evals" / "data" / "pride_and_prejudice.txt"  # bundled in the repo
 
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {"machine": machine(), "threads": args.threads, "model": "SmolLM2-135M-Instruct fp32",
                               "prompt_tokens": len(ids), "generated_tokens": args.gen_len}
+    probe_start = read_gbs(args.threads)
     result.update(bench_side_by_side(ember_file, None if args.skip_hf else gguf, ids, args.gen_len, args.repeats,
                                      args.threads))
     if not args.skip_hf:
@@ -168,12 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             result[f"ratio_{key}"] = result["ember"][key] / result["hf_eager"][key]
     result["ember_decode_by_position"] = ember_decode_by_position(ember_file, ids, args.positions, args.decode_steps,
                                                                  args.threads, args.repeats)
+    result["read_gbs"] = {"start": probe_start, "end": read_gbs(args.threads)}
 
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     m = result["machine"]
     print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs; threads {args.threads}")
+    print(describe(result["read_gbs"]["start"], result["read_gbs"]["end"]))
     print(f"SmolLM2-135M-Instruct fp32, prompt {len(ids)} tokens, {args.gen_len} new tokens (greedy), "
           f"median of {args.repeats} interleaved repeats")
     print(f"{'':14}{'prefill tok/s':>15}{'decode tok/s':>15}")

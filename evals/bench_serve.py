@@ -13,8 +13,9 @@ count's tok/s as a ratio to the first count's, per round and the median.
 Reports requests/s, aggregate decode tok/s (generated tokens / wall time of the run), p50 and p99
 time to first token (request sent -> first text chunk), errors (goal: zero), and the CPU time the
 server and the clients spent over the run (on a small machine the clients share its cores with the
-server). Not a test: figures depend on the machine; run it on an idle one. Needs the serve extra,
-httpx and psutil.
+server), and the machine's state before each run (a 90 MiB read, machine_state.py: a shared VM's slow
+phases move the ratios). Not a test: figures depend on the machine; run it on an idle one. Needs the
+serve extra, httpx, psutil and numpy.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import psutil
+from machine_state import PROBE_MIB, read_gbs
 from sse_client import SSEConnection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,6 +157,7 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
     async def all_clients() -> None:
         await asyncio.gather(*(client() for _ in range(clients)))
 
+    probe = read_gbs(args.threads or 2)  # the machine's state for this run (machine_state.py)
     server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
     before = _server_counters(url)
     start = time.perf_counter()
@@ -178,7 +181,7 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
         "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
         # Prompt tokens computed (a prefix a session already held is not).
         "prefill_tokens": int(after["prefill_tokens_total"] - before["prefill_tokens_total"]),
-        "errors": len(errors), "first_errors": errors[:3],
+        "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
     }
 
 
@@ -229,7 +232,8 @@ def _line(result: dict) -> str:
             f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
             f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
             f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_tokens']} tokens, "
-            f"{result['prefill_s']:.1f} s summed over requests")
+            f"{result['prefill_s']:.1f} s summed over requests; a {PROBE_MIB} MiB read before the run at "
+            f"{result['read_gbs']:.1f} GB/s")
 
 
 def main(argv: list[str] | None = None) -> int:

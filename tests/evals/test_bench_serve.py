@@ -26,6 +26,7 @@ def test_bench_serve_reports_a_clean_run() -> None:
     assert 0 < result["decode_tokens_per_s"] * result["wall_s"] <= requests * max_tokens + 1e-6
     assert 0 < result["ttft_p50_ms"] <= result["ttft_p99_ms"]
     assert result["server_cpu_s"] > 0 and result["client_cpu_s"] >= 0
+    assert result["read_gbs"] > 0  # the machine's state before the run
     # the prompts' tokens the server computed (each request's prompt, less a prefix its session held)
     assert isinstance(result["prefill_tokens"], int) and result["prefill_tokens"] > 0 and result["prefill_s"] > 0
 

@@ -211,3 +211,4 @@ def test_bench_script_side_by_side(smol) -> None:
     assert set(by_pos["tokens_per_s"]) == set(by_pos["runs"]) == {"20", "300"}
     assert all(len(runs) == 2 and min(runs) > 0 for runs in by_pos["runs"].values())
     assert by_pos["late_over_early"] == pytest.approx(by_pos["tokens_per_s"]["300"] / by_pos["tokens_per_s"]["20"])
+    assert info["read_gbs"]["start"] > 0 and info["read_gbs"]["end"] > 0  # the machine's state around the runs
