@@ -43,14 +43,15 @@ class SSEConnection:
             self._reader = self._writer = None
 
     async def post_stream(self, path: str, body: dict, on_event: Callable[[Any], None]) -> None:
-        """POSTs `body` as JSON and calls on_event(obj) for each `data: {...}` event of the answer
-        until `data: [DONE]` or the end of the body. Raises HTTPStatusError on a status other than
-        200, ConnectionError when the server closes the connection early."""
+        """POSTs `body` as JSON and calls on_event(obj) for each `data: {...}` event of the answer, to
+        the end of its body (`data: [DONE]` and other events are skipped). Raises HTTPStatusError on a
+        status other than 200, ConnectionError when the server closes the connection early."""
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         payload = json.dumps(body).encode()
-        self._writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                           f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\n\r\n")
+        self._writer.write(head.encode() + payload)
         try:
             status, headers = await self._head()
             if headers.get("transfer-encoding", "").lower() == "chunked":
