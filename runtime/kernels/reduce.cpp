@@ -261,8 +261,11 @@ Error prod_k(KernelContext&, KernelArgs a) {
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   return reduce_generic(*self, nullptr, 0, false, *out, RKind::kProd, "prod");
 }
+// amax/amin(self, dim[], keepdim), any/all.dim(self, dim, keepdim) and .dims(self, dim[]?, keepdim)
 template <RKind K>
-Error minmax_list_k(KernelContext&, KernelArgs a) {  // amax/amin(self, dim[], keepdim)
+Error dims_reduce_k(KernelContext&, KernelArgs a) {
+  static_assert(K == RKind::kMax || K == RKind::kMin || K == RKind::kAny || K == RKind::kAll, "a dims reduction");
+  constexpr const char* kName = K == RKind::kMax ? "amax" : K == RKind::kMin ? "amin" : K == RKind::kAny ? "any" : "all";
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
@@ -271,7 +274,7 @@ Error minmax_list_k(KernelContext&, KernelArgs a) {  // amax/amin(self, dim[], k
   bool keep = false;
   EMBER_TRY(read_dims(a, 1, dims, &n));
   EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, K, K == RKind::kMax ? "amax" : "amin");
+  return reduce_generic(*self, dims, n, keep, *out, K, kName);
 }
 template <RKind K>
 Error full_reduce_k(KernelContext&, KernelArgs a) {  // max/min/any/all.default(self)
@@ -279,18 +282,6 @@ Error full_reduce_k(KernelContext&, KernelArgs a) {  // max/min/any/all.default(
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
   return reduce_generic(*self, nullptr, 0, false, *out, K, "reduce");
-}
-template <RKind K>
-Error anyall_dim_k(KernelContext&, KernelArgs a) {  // any/all.dim(self, dim, keepdim) or .dims(self, dim[]?, keepdim)
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  int64_t dims[kMaxDims];
-  int n = 0;
-  bool keep = false;
-  EMBER_TRY(read_dims(a, 1, dims, &n));
-  EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, K, K == RKind::kAny ? "any" : "all");
 }
 
 // argmax/argmin/max.dim/min.dim: value + first index of the extreme (NaN counts as extreme).
@@ -420,16 +411,16 @@ void register_reduce_kernels(KernelRegistry& r) {
   r.add("aten::mean.default", KernelDef{mean_k, 2, 1, false});
   r.add("aten::prod.dim_int", KernelDef{prod_dim_k, 4, 1, false});
   r.add("aten::prod.default", KernelDef{prod_k, 2, 1, false});
-  r.add("aten::amax.default", KernelDef{minmax_list_k<RKind::kMax>, 3, 1, false});
-  r.add("aten::amin.default", KernelDef{minmax_list_k<RKind::kMin>, 3, 1, false});
+  r.add("aten::amax.default", KernelDef{dims_reduce_k<RKind::kMax>, 3, 1, false});
+  r.add("aten::amin.default", KernelDef{dims_reduce_k<RKind::kMin>, 3, 1, false});
   r.add("aten::max.default", KernelDef{full_reduce_k<RKind::kMax>, 1, 1, false});
   r.add("aten::min.default", KernelDef{full_reduce_k<RKind::kMin>, 1, 1, false});
   r.add("aten::any.default", KernelDef{full_reduce_k<RKind::kAny>, 1, 1, false});
   r.add("aten::all.default", KernelDef{full_reduce_k<RKind::kAll>, 1, 1, false});
-  r.add("aten::any.dim", KernelDef{anyall_dim_k<RKind::kAny>, 3, 1, false});
-  r.add("aten::any.dims", KernelDef{anyall_dim_k<RKind::kAny>, 3, 1, false});
-  r.add("aten::all.dim", KernelDef{anyall_dim_k<RKind::kAll>, 3, 1, false});
-  r.add("aten::all.dims", KernelDef{anyall_dim_k<RKind::kAll>, 3, 1, false});
+  r.add("aten::any.dim", KernelDef{dims_reduce_k<RKind::kAny>, 3, 1, false});
+  r.add("aten::any.dims", KernelDef{dims_reduce_k<RKind::kAny>, 3, 1, false});
+  r.add("aten::all.dim", KernelDef{dims_reduce_k<RKind::kAll>, 3, 1, false});
+  r.add("aten::all.dims", KernelDef{dims_reduce_k<RKind::kAll>, 3, 1, false});
   r.add("aten::argmax.default", KernelDef{argext_k<true>, 3, 1, false});
   r.add("aten::argmin.default", KernelDef{argext_k<false>, 3, 1, false});
   r.add("aten::max.dim", KernelDef{ext_dim_k<true>, 3, 2, false});

@@ -173,6 +173,12 @@ def test_reductions_int_and_half():
     check(lambda a, b: (a.sum(1), a.amax(0), torch.cumsum(a, 0), b.float().mean(-1), b.amax(-1), b.argmax(-1)), x, h)
 
 
+def test_any_all_reductions():
+    x = rand(3, 4, 5)
+    check(lambda a: ((a > 0.5).any(-1), (a > 0.5).all(1, keepdim=True), (a > -2).all(), (a > 1.5).any(),
+                     (a > 0).any(dim=(0, 2)), (a > -1).all(dim=(1,))), x)
+
+
 # ---- softmax / norms -------------------------------------------------------------------------
 
 
