@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
+LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]  # the attention kernels' levels (amx adds none)
 
 
 def _program(args: argparse.Namespace, path: str):
@@ -99,7 +99,7 @@ def _supported() -> list[str]:
     import ember.runtime
 
     best = ember.runtime.cpu_info()["best_isa"]
-    return LEVELS[: LEVELS.index(best) + 1]
+    return LEVELS[: LEVELS.index(best) + 1] if best in LEVELS else LEVELS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,11 @@
 #include <cstring>
 #include <fstream>
 
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define EMBER_CPU_X86 1
@@ -16,6 +21,17 @@ namespace ember {
 namespace {
 
 #if EMBER_CPU_X86
+// Linux hands AMX's tile data (8 KiB per thread) only to processes that ask for it; the first
+// tile instruction of a process that did not ask faults. Asked once, for the whole process.
+bool request_amx_state() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 // XCR0: which register states the OS saves (AVX needs bits 1-2, AVX-512 bits 5-7, AMX 17-18).
 uint64_t xgetbv0() {
   uint32_t eax = 0, edx = 0;
@@ -51,6 +67,7 @@ CpuFeatures detect() {
     f.avx512vbmi = avx512_state && ((c >> 1) & 1);
     f.amx_tile = amx_state && ((d >> 24) & 1);
     f.amx_int8 = amx_state && ((d >> 25) & 1);
+    if (f.amx_tile && !request_amx_state()) f.amx_tile = f.amx_int8 = false;
   }
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avxvnni = avx_state && ((a >> 4) & 1);
   return f;
@@ -59,8 +76,19 @@ CpuFeatures detect() {
 CpuFeatures detect() { return CpuFeatures{}; }
 #endif
 
+// The AMX kernels need GCC >= 11 or clang >= 12 (their target attributes); other builds stop at
+// avx512vnni. The same test guards backends/cpu/runtime/qkernels_amx.cpp.
+#if EMBER_CPU_X86 && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+constexpr bool kAmxBuilt = true;
+#else
+constexpr bool kAmxBuilt = false;
+#endif
+
 KernelIsa best_of(const CpuFeatures& f) {
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma) return f.avx512vnni ? KernelIsa::kAvx512Vnni : KernelIsa::kAvx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.avx512vnni) {
+    return kAmxBuilt && f.amx_tile && f.amx_int8 ? KernelIsa::kAmx : KernelIsa::kAvx512Vnni;
+  }
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma) return KernelIsa::kAvx512;
   if (f.avx2 && f.fma) return KernelIsa::kAvx2;
   return KernelIsa::kPortable;
 }
@@ -76,7 +104,8 @@ IsaChoice choose() {
   choice.isa = best;
   const char* env = std::getenv("EMBER_KERNEL_ISA");
   if (env == nullptr || *env == '\0') return choice;
-  const KernelIsa levels[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Vnni};
+  const KernelIsa levels[] = {KernelIsa::kPortable, KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Vnni,
+                              KernelIsa::kAmx};
   std::string usable;
   for (KernelIsa level : levels) {
     if (static_cast<int>(level) <= static_cast<int>(best)) usable += std::string(usable.empty() ? "" : ", ") + kernel_isa_name(level);
@@ -138,6 +167,7 @@ const std::string& cpu_model_name() {
 
 const char* kernel_isa_name(KernelIsa isa) {
   switch (isa) {
+    case KernelIsa::kAmx: return "amx";
     case KernelIsa::kAvx512Vnni: return "avx512vnni";
     case KernelIsa::kAvx512: return "avx512";
     case KernelIsa::kAvx2: return "avx2";

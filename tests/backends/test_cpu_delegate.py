@@ -277,7 +277,7 @@ def test_delegate_embedding_equals_portable_bit_for_bit(bits, zp_kind, tmp_path)
 
 # ---- ISA levels ------------------------------------------------------------------------------------
 
-_LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
+_LEVELS = ["portable", "avx2", "avx512", "avx512vnni", "amx"]
 
 
 def _supported_levels() -> list[str]:
@@ -295,16 +295,17 @@ print(json.dumps({"paths": {k: v for k, v in info.items() if k.startswith("cpu."
 """
 
 
-@pytest.mark.parametrize("K", [192, 44])
-def test_every_isa_level_gives_the_same_int_results(K, tmp_path):
+@pytest.mark.parametrize("K,rows", [(192, 5), (192, 37), (44, 5)])
+def test_every_isa_level_gives_the_same_int_results(K, rows, tmp_path):
     """The activation quantizers give the same codes and the int kernels sum exactly and apply the
-    per-group step in one order on every SIMD level: outputs are bit-identical across AVX2, AVX-512
-    and AVX-512 VNNI (and close on portable). K = 44 (8-bit, per channel) leaves vector tails."""
+    per-group step in one order on every SIMD level: outputs are bit-identical across AVX2, AVX-512,
+    AVX-512 VNNI and AMX (and close on portable). K = 44 (8-bit, per channel) leaves vector tails;
+    37 rows run as two 16-row tiles (AMX's kernels, where the CPU has them) and 5 rows in 4-row tiles."""
     levels = _supported_levels()
     if len(levels) < 2:
         pytest.skip("this CPU has only the portable level")
     gen = torch.Generator().manual_seed(11)
-    x = torch.randn(1, 5, K, generator=gen)
+    x = torch.randn(1, rows, K, generator=gen)
     if K == 192:
         variants = [v for v in _variants(192, 5, (32, 64, 192)) if v["act_quant"]]
         x[0, 1] = torch.arange(K) % 32 - 15.5  # with 127 opening each group (d = 1): x / d ties at .5
@@ -325,7 +326,9 @@ def test_every_isa_level_gives_the_same_int_results(K, tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results[level] = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert results[level]["paths"]["cpu.linear_int8_activations"] == level, results[level]["paths"]
+        paths = results[level]["paths"]
+        assert paths["cpu.linear_int8_activations"] == ("avx512vnni" if level == "amx" else level), paths
+        assert paths["cpu.linear_int8_row_tiles"] == level, paths
     simd = [lv for lv in levels if lv != "portable"]
     for lv in simd[1:]:
         assert results[lv]["outs"] == results[simd[0]]["outs"], f"{lv} differs from {simd[0]}"

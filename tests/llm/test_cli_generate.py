@@ -130,7 +130,8 @@ def test_bench_json(path) -> None:
     assert result["model"]["family"] == "llama" and result["model"]["type"] == "float32"
     assert result["model"]["n_params"] > 0 and result["model"]["size_bytes"] == os.path.getsize(path)
     m = result["machine"]
-    assert m["isa"] in ("portable", "avx2", "avx512", "avx512vnni") and "f32.gemv" in m["kernels"] and "q.linear_weight_only" in m["kernels"]
+    assert m["isa"] in ("portable", "avx2", "avx512", "avx512vnni", "amx")
+    assert "f32.gemv" in m["kernels"] and "q.linear_weight_only" in m["kernels"]
     r = ember_cli("bench", path, "--prompt-len", "16", "--gen-len", "4", "--repeats", "1", "--mmap", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["weights"] == "mapped", r.stderr
     r = ember_cli("bench", path, "--prompt-len", "90", "--gen-len", "90")

@@ -17,7 +17,7 @@ import pytest
 import ember.runtime
 
 REPO = Path(__file__).resolve().parents[2]
-LEVELS = ["portable", "avx2", "avx512", "avx512vnni"]
+LEVELS = ["portable", "avx2", "avx512", "avx512vnni", "amx"]
 F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.gemv_cached_rows", "f32.gemm_ukernel",
                 "f32.softmax", "f32.silu", "f32.weighted_rows_sum", "f32.half_to_float", "f32.scaled_i8_to_float",
                 "f32.i8_scores", "f32.i8_weighted_rows", "f32.argmax"}
@@ -25,7 +25,7 @@ F32_FAMILIES = {"f32.dot", "f32.axpy", "f32.gemv", "f32.gemv_short_rows", "f32.g
 AVX2_TOP = {"f32.half_to_float", "f32.scaled_i8_to_float"}
 Q_FAMILIES = {"q.linear_weight_only", "q.linear_int8_activations", "q.embedding"}
 CPU_DELEGATE_FAMILIES = {"cpu.linear_int8_activations", "cpu.linear_float_activations", "cpu.activation_quant",
-                         "cpu.dequantize_for_gemm", "cpu.embedding"}
+                         "cpu.dequantize_for_gemm", "cpu.embedding", "cpu.linear_int8_row_tiles"}
 
 
 def _info_with(isa: str | None) -> dict:
@@ -56,14 +56,20 @@ def test_cpu_info_reports_features_and_every_kernel_family() -> None:
     assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES | CPU_DELEGATE_FAMILIES
     f = info["features"]
     if f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["fma"]:
-        assert info["best_isa"] == ("avx512vnni" if f["avx512_vnni"] else "avx512")
+        # amx_* are true only where the OS also granted the tile state; builds whose compiler lacks
+        # AMX stop at avx512vnni.
+        vnni = ["avx512vnni", "amx"] if f["amx_tile"] and f["amx_int8"] else ["avx512vnni"]
+        assert info["best_isa"] in (vnni if f["avx512_vnni"] else ["avx512"])
     elif f["avx2"] and f["fma"]:
         assert info["best_isa"] == "avx2"
     else:
         assert info["best_isa"] == "portable"
     if info["best_isa"] != "portable":  # no fp32 or delegate linear entry is left on the portable path
         assert all(info["kernels"][k] != "portable" for k in F32_FAMILIES), info["kernels"]
-        assert info["kernels"]["cpu.linear_int8_activations"] == info["best_isa"], info["kernels"]
+        # amx: the single-row and 4-row int kernels stay on VNNI; prefill's 16-row tiles use AMX.
+        int_level = "avx512vnni" if info["best_isa"] == "amx" else info["best_isa"]
+        assert info["kernels"]["cpu.linear_int8_activations"] == int_level, info["kernels"]
+        assert info["kernels"]["cpu.linear_int8_row_tiles"] == info["best_isa"], info["kernels"]
         assert info["kernels"]["cpu.activation_quant"] != "portable", info["kernels"]
     assert ember.runtime.cpu_info()["best_isa"] == info["best_isa"]  # in-process, unforced
 
@@ -80,7 +86,7 @@ def test_forced_level_is_used_by_every_family(isa: str) -> None:
         assert set(info["kernels"].values()) == {"portable"}
 
 
-@pytest.mark.parametrize("value", ["avx512", "avx512vnni", "sse9", "AVX2"])
+@pytest.mark.parametrize("value", ["avx512", "avx512vnni", "amx", "sse9", "AVX2"])
 def test_a_level_the_cpu_lacks_or_an_unknown_name_is_refused(value: str, tmp_path: Path) -> None:
     if value in _supported():
         pytest.skip(f"this CPU runs {value} kernels")

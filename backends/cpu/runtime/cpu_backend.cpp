@@ -281,6 +281,11 @@ Error linear_rows(const Handle& h, const Rows& r) {
   // Zen 3, paired in-process runs gave +1-4% decode (the kernel runs both halves of a block at once).
   const bool expanded = int_path && w.bits == 4 && K % 8 == 0 && bk.expand_int4 != nullptr;
   const int64_t span = expanded ? std::max<int64_t>(1, kSpanBytes / static_cast<int64_t>(w.block_bytes)) : 1;
+  // Prefill where the level has 16-row kernels (AMX): each block meets the rows in tiles of
+  // kRowTile, then the rows left over in tiles of kMaxM. On a 2-core Intel Xeon VM, SmolLM2 8da4w:
+  // see the Performance section of the README.
+  const bool row_tiles = int_path && w.bits == 4 && M >= kRowTile && bk.unpack_int4_tiles != nullptr &&
+                         w.words_per_group % 4 == 0;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kRows * K * M));
   const size_t coeff_begin = w.scale.offset;  // the coefficients start with the scales, after the codes
   // Where BlockKernels says it pays, each block's kernel asks for the next block of its range (into
@@ -344,6 +349,26 @@ Error linear_rows(const Handle& h, const Rows& r) {
       }
       store_tile(blk, m0, mb, tile, kRows);
     };
+    // Block blk against rows [m0, m1) in tiles of kRowTile with the level's 16-row kernel (between
+    // tiles_begin and tiles_end; the block's codes unpacked once for all of them), then into y.
+    const auto row_tiles_of = [&](int64_t blk, int64_t m0, int64_t m1, const uint8_t* next) {
+      thread_local std::vector<uint8_t> unpacked;
+      float rows16[kRowTile * kRows];
+      const size_t bytes = static_cast<size_t>(G * w.words_per_group * 128);
+      if (unpacked.size() < bytes + 64) unpacked.resize(bytes + 64);
+      uint8_t* const tiles = unpacked.data() + (-reinterpret_cast<uintptr_t>(unpacked.data()) & 63);  // 64-byte aligned
+      fetch_coeffs(blk);
+      Coeffs co = block_coefficients(h, blk, cf, cf + G * kRows);
+      co.next_block = next;
+      co.next_bytes = next != nullptr ? static_cast<int64_t>(w.block_bytes) : 0;
+      bk.unpack_int4_tiles(w.block(blk), G, w.words_per_group, co, tiles);
+      for (int64_t m = m0; m < m1; m += kRowTile) {
+        const float* ascale = per_token ? nullptr : act.gscale.data() + m * G;
+        bk.int4_rows16(tiles, G, w.words_per_group, co, act.q.data() + m * K, K, act.asum.data() + m * G, ascale,
+                       rows16);
+        store_tile(blk, m, kRowTile, rows16, kRows);
+      }
+    };
     // Blocks blk and blk + 1 against rows [m0, m0 + mb), mb >= 2, with the level's pair kernel
     // (next: the blocks after them, next_bytes long, to prefetch meanwhile, or null).
     const auto pair_tile = [&](int64_t blk, int64_t m0, int mb, const uint8_t* next, int64_t next_bytes) {
@@ -375,6 +400,13 @@ Error linear_rows(const Handle& h, const Rows& r) {
     // activation word broadcast once for 32 weight rows). SmolLM2 `8da4w-kv8` on a 2-core Intel
     // Xeon VM (VNNI), steps alternating in one process with single blocks: batched decode of 2
     // sessions -2.7%, 3 -2.1%, 4 -0.4% to -2.2% (four runs); a 128-token prefill -1%.
+    if (row_tiles && r1 - r0 >= kRowTile) {  // 16-row tiles first; the loops below take the rows left
+      const int64_t tiled_end = r0 + (r1 - r0) / kRowTile * kRowTile;
+      bk.tiles_begin();
+      for (int64_t blk = b0; blk < b1; ++blk) row_tiles_of(blk, r0, tiled_end, next_of(blk, b1, r0));
+      bk.tiles_end();
+      r0 = tiled_end;
+    }
     const bool pairs = int_path && w.bits == 4 && r1 - r0 >= 2 && bk.int4_pair[kMaxM - 1] != nullptr;
     for (int64_t blk = b0; blk < b1;) {
       if (pairs && blk + 1 < b1) {
@@ -529,6 +561,8 @@ class CpuBackend final : public Backend {
     out.push_back({"cpu.linear_float_activations", kernel_isa_name(k.float_isa)});
     out.push_back({"cpu.activation_quant", kernel_isa_name(k.quant_isa)});
     out.push_back({"cpu.dequantize_for_gemm", kernel_isa_name(k.dequant_isa)});
+    // Prefill's 16-row tiles; without their kernels, the rows run on the int kernels above.
+    out.push_back({"cpu.linear_int8_row_tiles", kernel_isa_name(k.int4_rows16 ? k.row_tile_isa : k.int_isa)});
     out.push_back({"cpu.embedding", kernel_isa_name(KernelIsa::kPortable)});
   }
 };

@@ -12,6 +12,7 @@ const BlockKernels& block_kernels() {
     if (level >= static_cast<int>(KernelIsa::kAvx2)) add_avx2_block_kernels(t);
     if (level >= static_cast<int>(KernelIsa::kAvx512)) add_avx512_block_kernels(t);
     if (level >= static_cast<int>(KernelIsa::kAvx512Vnni)) add_avx512vnni_block_kernels(t);
+    if (level >= static_cast<int>(KernelIsa::kAmx)) add_amx_block_kernels(t);
     t.prefetch_every_block = cpu_features().vendor == CpuVendor::kIntel;  // measured: see BlockKernels
     return t;
   }();

@@ -1,6 +1,6 @@
 // Micro-kernels of the CPU delegate: one block of 16 packed weight rows (packed_weight.h)
 // against up to kMaxM activation rows, from a table per ISA level chosen once for
-// ember::kernel_isa() (portable C++, AVX2, AVX-512, AVX-512 VNNI).
+// ember::kernel_isa() (portable C++, AVX2, AVX-512, AVX-512 VNNI, AMX).
 //
 // Both kinds compute, for every activation row m and block row r (u: the stored codes; s, c: the
 // block's coefficients, c = m - s * ze, from a Coeffs):
@@ -30,6 +30,7 @@ namespace ember {
 namespace cpu {
 
 constexpr int kMaxM = 4;  // activation rows sharing one pass over a weight block
+constexpr int kRowTile = 16;  // activation rows of the int4_rows16 kernels (AMX tiles)
 
 // Asks for the cache line at p into L2 (prefetcht2). An asm statement on x86: GCC 12 compiled
 // Coeffs::prefetch_word's __builtin_prefetch loop, inlined into the kernels, to nothing.
@@ -159,6 +160,18 @@ struct BlockKernels {
   FloatBlockFn float8[kMaxM] = {};
   DequantBlockFn dequant4 = nullptr;
   DequantBlockFn dequant8 = nullptr;
+  // 4-bit weights x int8 activations, kRowTile rows at once, where a level has them (AMX):
+  // unpack_int4_tiles lays a block's codes out as tile rows (G * words_per_group * 128 bytes, 64-byte
+  // aligned; groups of whole 32-value chunks: words_per_group % 4 == 0), once for all the row tiles
+  // that meet the block; int4_rows16 then takes that layout where an IntBlockFn takes the codes (16
+  // rows, out [16][16]). Equal to int4[kMaxM - 1] on each 4 rows, bit for bit. A thread calls
+  // tiles_begin() before a run of int4_rows16 calls, with no other code using the tile unit in
+  // between, and tiles_end() after.
+  KernelIsa row_tile_isa = KernelIsa::kPortable;
+  void (*unpack_int4_tiles)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, uint8_t* tiles) = nullptr;
+  IntBlockFn int4_rows16 = nullptr;
+  void (*tiles_begin)() = nullptr;
+  void (*tiles_end)() = nullptr;
   // Linears ask for the next block of their range into L2 while the current one computes (Coeffs::
   // next_block, in shares as the kernels walk the block), where that was measured to pay (a tuning
   // choice, never a change of results):
@@ -193,6 +206,7 @@ void add_portable_block_kernels(BlockKernels& t);
 void add_avx2_block_kernels(BlockKernels& t);
 void add_avx512_block_kernels(BlockKernels& t);
 void add_avx512vnni_block_kernels(BlockKernels& t);
+void add_amx_block_kernels(BlockKernels& t);
 
 }  // namespace cpu
 }  // namespace ember

@@ -5,7 +5,7 @@
 // quantized row kernels), and reports which level each entry uses through kernel_paths(), which
 // Python shows as `ember.runtime.cpu_info()` and `ember bench` prints.
 //
-// EMBER_KERNEL_ISA=portable|avx2|avx512|avx512vnni forces a level for tests and comparisons. A level this CPU
+// EMBER_KERNEL_ISA=portable|avx2|avx512|avx512vnni|amx forces a level for tests and comparisons. A level this CPU
 // lacks, or an unknown name, is refused: kernel_isa_error() says why, and loading any program
 // fails with that message (kernels then run at the best level, which nothing reaches).
 //
@@ -35,6 +35,8 @@ struct CpuFeatures {
   bool avx512vnni = false;  // VPDPBUSD on zmm/ymm
   bool avx512vbmi = false;  // VPERMB (Ice Lake, Zen 4; not Skylake-X or Cascade Lake)
   bool avxvnni = false;     // VPDPBUSD with the VEX encoding (Alder Lake, Zen 5)
+  // AMX: the CPU has it, the OS saves its state (XCR0) and, on Linux, granted this process its
+  // tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once at detection); false otherwise.
   bool amx_tile = false;
   bool amx_int8 = false;
 };
@@ -45,6 +47,7 @@ enum class KernelIsa : int {
   kAvx2 = 1,      // AVX2 + FMA (+ F16C)
   kAvx512 = 2,    // AVX-512 F/BW/VL + FMA
   kAvx512Vnni = 3,  // kAvx512 + AVX512-VNNI (VPDPBUSD: int8 dot products)
+  kAmx = 4,         // kAvx512Vnni + AMX-TILE/AMX-INT8 (tile dot products; builds whose compiler has them)
 };
 
 const CpuFeatures& cpu_features();
@@ -52,7 +55,7 @@ const CpuFeatures& cpu_features();
 const char* cpu_vendor_name(CpuVendor vendor);
 // The CPU's model name ("AMD EPYC 7B13", ...), or "" when unknown.
 const std::string& cpu_model_name();
-// "portable" / "avx2" / "avx512" / "avx512vnni".
+// "portable" / "avx2" / "avx512" / "avx512vnni" / "amx".
 const char* kernel_isa_name(KernelIsa isa);
 // The highest level this CPU supports.
 KernelIsa best_kernel_isa();
