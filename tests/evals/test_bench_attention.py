@@ -20,6 +20,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 def test_bench_attention_reports_each_level() -> None:
     best = ember.runtime.cpu_info()["best_isa"]
+    best = "avx512vnni" if best == "amx" else best  # the attention kernels' top level (amx adds none)
     levels = sorted({"portable", best})
     proc = _run("--levels", ",".join(levels), "--rounds", "2", "--passes", "1", "--position", "300", "--context",
                 "512", "--json")
