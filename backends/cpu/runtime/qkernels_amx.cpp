@@ -8,9 +8,10 @@
 //
 // Against the AVX-512 VNNI kernels (4 rows per pass, each code word broadcast-multiplied once per
 // row), blocks in L1 on a 2-core Intel Xeon VM (AMX-INT8): 16 rows of a K = 576 block 1,120-1,160 ns
-// against 3,410-3,630 for 4 VNNI passes (3.0-3.2x); at 4 rows the tiles' fixed costs (unpacking to
-// memory, loading and storing tiles) left them at 0.8-1.3x VNNI, so decode and batched steps keep
-// the VNNI kernels.
+// against 3,410-3,630 for 4 VNNI passes (3.0-3.2x); in SmolLM2 8da4w, 128-token prefill -19% (its
+// activations and per-group steps bound the kernel there). At 4 rows the tiles' fixed costs
+// (unpacking to memory, loading and storing tiles) left them at 0.8-1.3x VNNI, so decode and batched
+// steps keep the VNNI kernels.
 #include "qkernels.h"
 
 #include "qkernels_simd.h"
