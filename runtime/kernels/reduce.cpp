@@ -265,7 +265,8 @@ Error prod_k(KernelContext&, KernelArgs a) {
 template <RKind K>
 Error dims_reduce_k(KernelContext&, KernelArgs a) {
   static_assert(K == RKind::kMax || K == RKind::kMin || K == RKind::kAny || K == RKind::kAll, "a dims reduction");
-  constexpr const char* kName = K == RKind::kMax ? "amax" : K == RKind::kMin ? "amin" : K == RKind::kAny ? "any" : "all";
+  constexpr const char* kName =
+      K == RKind::kMax ? "amax" : K == RKind::kMin ? "amin" : K == RKind::kAny ? "any" : "all";
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
