@@ -219,54 +219,16 @@ Error read_dims(KernelArgs a, int i, int64_t* dims, int* n) {
   return arg_int_list(a, i, dims, n, "dim");
 }
 
-// (self, dim?, keepdim, dtype?) -> out: sum.dim_IntList and mean.dim share this signature.
-Error reduce_dims(KernelArgs a, RKind kind, const char* what) {
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  int64_t dims[kMaxDims];
-  int n = 0;
-  bool keep = false;
-  EMBER_TRY(read_dims(a, 1, dims, &n));
-  EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, kind, what);
-}
-Error sum_dim_k(KernelContext&, KernelArgs a) { return reduce_dims(a, RKind::kSum, "sum"); }
-Error sum_k(KernelContext&, KernelArgs a) {  // (self, dtype?)
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  return reduce_generic(*self, nullptr, 0, false, *out, RKind::kSum, "sum");
-}
-Error mean_dim_k(KernelContext&, KernelArgs a) { return reduce_dims(a, RKind::kMean, "mean"); }
-Error mean_k(KernelContext&, KernelArgs a) {
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  return reduce_generic(*self, nullptr, 0, false, *out, RKind::kMean, "mean");
-}
-Error prod_dim_k(KernelContext&, KernelArgs a) {  // (self, dim, keepdim, dtype?)
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  int64_t d = 0;
-  bool keep = false;
-  EMBER_TRY(arg_int(a, 1, &d, "dim"));
-  EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, &d, 1, keep, *out, RKind::kProd, "prod");
-}
-Error prod_k(KernelContext&, KernelArgs a) {
-  Tensor *self = nullptr, *out = nullptr;
-  EMBER_TRY(arg_tensor(a, 0, &self, "self"));
-  EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  return reduce_generic(*self, nullptr, 0, false, *out, RKind::kProd, "prod");
-}
-// amax/amin(self, dim[], keepdim), any/all.dim(self, dim, keepdim) and .dims(self, dim[]?, keepdim)
+// The op's name in messages: with dims (sum.dim_IntList, amax, ...) and over the whole tensor.
+constexpr const char* kDimsName[] = {"sum", "mean", "prod", "amax", "amin", "any", "all"};
+constexpr const char* kFullName[] = {"sum", "mean", "prod", "max", "min", "any", "all"};
+static_assert(sizeof kDimsName / sizeof *kDimsName == static_cast<int>(RKind::kAll) + 1, "a name per RKind");
+
+// (self, dim, keepdim, ...) -> out: sum.dim_IntList, mean.dim and prod.dim_int (a trailing dtype?, the
+// output's dtype already), amax/amin (dim[]), any/all .dim (an int: a one-element list) and .dims
+// (dim[]?: None or [] is every dim).
 template <RKind K>
 Error dims_reduce_k(KernelContext&, KernelArgs a) {
-  static_assert(K == RKind::kMax || K == RKind::kMin || K == RKind::kAny || K == RKind::kAll, "a dims reduction");
-  constexpr const char* kName =
-      K == RKind::kMax ? "amax" : K == RKind::kMin ? "amin" : K == RKind::kAny ? "any" : "all";
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
@@ -275,14 +237,15 @@ Error dims_reduce_k(KernelContext&, KernelArgs a) {
   bool keep = false;
   EMBER_TRY(read_dims(a, 1, dims, &n));
   EMBER_TRY(arg_bool(a, 2, &keep, "keepdim"));
-  return reduce_generic(*self, dims, n, keep, *out, K, kName);
+  return reduce_generic(*self, dims, n, keep, *out, K, kDimsName[static_cast<int>(K)]);
 }
+// (self, ...) -> out over every element: sum/mean/prod.default (a trailing dtype?), max/min/any/all.default.
 template <RKind K>
-Error full_reduce_k(KernelContext&, KernelArgs a) {  // max/min/any/all.default(self)
+Error full_reduce_k(KernelContext&, KernelArgs a) {
   Tensor *self = nullptr, *out = nullptr;
   EMBER_TRY(arg_tensor(a, 0, &self, "self"));
   EMBER_TRY(arg_tensor(a, a.n - 1, &out, "out"));
-  return reduce_generic(*self, nullptr, 0, false, *out, K, "reduce");
+  return reduce_generic(*self, nullptr, 0, false, *out, K, kFullName[static_cast<int>(K)]);
 }
 
 // argmax/argmin/max.dim/min.dim: value + first index of the extreme (NaN counts as extreme).
@@ -406,12 +369,12 @@ Error cumsum_k(KernelContext&, KernelArgs a) {
 }  // namespace
 
 void register_reduce_kernels(KernelRegistry& r) {
-  r.add("aten::sum.dim_IntList", KernelDef{sum_dim_k, 4, 1, false});
-  r.add("aten::sum.default", KernelDef{sum_k, 2, 1, false});
-  r.add("aten::mean.dim", KernelDef{mean_dim_k, 4, 1, false});
-  r.add("aten::mean.default", KernelDef{mean_k, 2, 1, false});
-  r.add("aten::prod.dim_int", KernelDef{prod_dim_k, 4, 1, false});
-  r.add("aten::prod.default", KernelDef{prod_k, 2, 1, false});
+  r.add("aten::sum.dim_IntList", KernelDef{dims_reduce_k<RKind::kSum>, 4, 1, false});
+  r.add("aten::sum.default", KernelDef{full_reduce_k<RKind::kSum>, 2, 1, false});
+  r.add("aten::mean.dim", KernelDef{dims_reduce_k<RKind::kMean>, 4, 1, false});
+  r.add("aten::mean.default", KernelDef{full_reduce_k<RKind::kMean>, 2, 1, false});
+  r.add("aten::prod.dim_int", KernelDef{dims_reduce_k<RKind::kProd>, 4, 1, false});
+  r.add("aten::prod.default", KernelDef{full_reduce_k<RKind::kProd>, 2, 1, false});
   r.add("aten::amax.default", KernelDef{dims_reduce_k<RKind::kMax>, 3, 1, false});
   r.add("aten::amin.default", KernelDef{dims_reduce_k<RKind::kMin>, 3, 1, false});
   r.add("aten::max.default", KernelDef{full_reduce_k<RKind::kMax>, 1, 1, false});

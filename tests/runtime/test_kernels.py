@@ -164,7 +164,9 @@ def test_where_masked_fill():
 def test_reductions():
     x = rand(3, 4, 5)
     check(lambda a: (a.sum(), a.sum(-1), a.sum((0, 2), keepdim=True), a.mean(1), a.mean((0, 2)), a.amax(-1),
-                     a.amin(0, keepdim=True), a.argmax(-1), a.argmax(), a.max(1), a.min(-1), torch.cumsum(a, 1)), x)
+                     a.amin(0, keepdim=True), a.argmax(-1), a.argmax(), a.max(1), a.min(-1), torch.cumsum(a, 1),
+                     a.mean(), a.max(), a.min(), (a + 0.5).prod(1), (a[0] + 0.5).prod(-1, keepdim=True),
+                     (a[0, 0] + 0.5).prod()), x)
 
 
 def test_reductions_int_and_half():
