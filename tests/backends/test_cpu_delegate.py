@@ -9,6 +9,7 @@ runtime.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import os
@@ -16,6 +17,7 @@ import random
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,14 +54,40 @@ def _variants(K: int, seed: int, group_sizes: tuple[int, ...]) -> list[dict]:
     return out
 
 
+def _lowered_file(path: Path, write: Callable[[Path], None]) -> Path:
+    """The file `write(path)` makes. Under EMBER_TEST_LOWERED_DIR (set by
+    test_delegate_kernels_on_forced_isa_levels for its runs at each kernel level) the first run of a
+    test writes it there and the runs at the other levels load that same file: a file does not depend
+    on the level it is made on (as a deployed file meets every CPU path), and lowering took most of
+    each level's run."""
+    shared = os.environ.get("EMBER_TEST_LOWERED_DIR")
+    if not shared:
+        write(path)
+        return path
+    test_id = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]  # "file::test[params]"
+    cached = Path(shared) / hashlib.sha1(test_id.encode()).hexdigest() / path.name
+    if not cached.exists():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".partial")
+        write(partial)
+        partial.rename(cached)
+    return cached
+
+
 def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str):
-    ep = export(module, args)
+    exported = []  # exported on first use (not at all when both files are shared)
+
+    def writer(parts: tuple) -> Callable[[Path], None]:
+        def write(path: Path) -> None:
+            if not exported:
+                exported.append(export(module, args))
+            lower(exported[0], partitioners=parts).save(path)
+        return write
+
     files = {}
     for kind, parts in (("portable", ()), ("cpu", (CpuPartitioner(),))):
-        program = lower(ep, partitioners=parts)
-        path = tmp_path / f"{name}-{kind}.ember"
-        program.save(path)
-        files[kind] = (program, ember.runtime.load(path))
+        path = _lowered_file(tmp_path / f"{name}-{kind}.ember", writer(parts))
+        files[kind] = (Program.load(path), ember.runtime.load(path))
     return files
 
 
@@ -201,12 +229,17 @@ def test_blobs_in_the_codes_first_layout_give_the_same_bits(rows, tmp_path, monk
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(1, rows, K, generator=gen)
     module = QLinears(_variants(K, rows, (32, 64, 576)))
-    ep = export(module, (x,))
+    exported = []
     outs = {}
     for interleave in (True, False):
         monkeypatch.setattr(packing, "pack", functools.partial(PACK, interleave=interleave))
-        path = tmp_path / f"layout-{interleave}.ember"
-        lower(ep, partitioners=(CpuPartitioner(),)).save(path)
+
+        def write(path: Path) -> None:
+            if not exported:
+                exported.append(export(module, (x,)))
+            lower(exported[0], partitioners=(CpuPartitioner(),)).save(path)
+
+        path = _lowered_file(tmp_path / f"layout-{interleave}.ember", write)
         data = path.read_bytes()
         flags = struct.unpack_from("<I", data, _blob_region(data)[0] + 32)[0]  # the ECW1 header's flags
         assert bool(flags & packing.FLAG_INTERLEAVED) == interleave
@@ -258,7 +291,7 @@ def test_tied_table_is_stored_once_and_gathers_exactly(bits, zp_kind, tmp_path):
     (p,), (c,) = (files[k][1].run("forward", tokens) for k in ("portable", "cpu"))
     assert rel_error(c, torch.from_numpy(p)) <= 1e-4
     # ember inspect lists the packed table once, read by both ops, with its format and size.
-    (row,) = weight_rows(Program.load(tmp_path / "tied-cpu.ember"))
+    (row,) = weight_rows(program)
     assert row.shape == (300, 128) and row.users == 2 and "packed for ember.cpu" in row.format
     assert row.format.startswith(f"int{bits} g32 float16 scale") and row.bytes == len(program.segments[method.delegates[0].segment])
 
@@ -339,15 +372,16 @@ def test_every_isa_level_gives_the_same_int_results(K, rows, tmp_path):
             assert np.abs(got - r).max() <= 1e-5 * max(np.abs(r).max(), 1.0)
 
 
-def test_delegate_kernels_on_forced_isa_levels():
+def test_delegate_kernels_on_forced_isa_levels(tmp_path):
     """This file's kernel tests and the batched decode's bit-for-bit test (the kernels over stacked
-    rows), rerun on every lower level the CPU has."""
+    rows), rerun on every lower level the CPU has, all levels on the same files (_lowered_file)."""
     batched = str(REPO / "tests" / "llm" / "test_batched_decode.py")
+    env = {**os.environ, "EMBER_TEST_LOWERED_DIR": str(tmp_path / "lowered")}
     for level in _supported_levels()[:-1]:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, batched, "-k",
              "(matches_portable or bit_for_bit or tied_table or layout) and not fp32"],
-            capture_output=True, text=True, cwd=REPO, env={**os.environ, "EMBER_KERNEL_ISA": level}, timeout=900)
+            capture_output=True, text=True, cwd=REPO, env={**env, "EMBER_KERNEL_ISA": level}, timeout=900)
         assert proc.returncode == 0 and " passed" in proc.stdout, level + proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
