@@ -9,7 +9,6 @@ runtime.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import os
@@ -30,7 +29,7 @@ from ember.export import lower
 from ember.export.program import Program
 from ember.export.quant_ops import dequantize_weight
 from ember.export.weights_report import weight_rows
-from tests.helpers import export
+from tests.helpers import LOWERED_DIR_ENV, export, lowered_file
 from tests.runtime.corrupt import bit_flips, byte_edits
 from tests.runtime.test_quantized_kernels import QEmbedding, QLinears, magnitude, make_weight, rel_error
 
@@ -54,26 +53,6 @@ def _variants(K: int, seed: int, group_sizes: tuple[int, ...]) -> list[dict]:
     return out
 
 
-def _lowered_file(path: Path, write: Callable[[Path], None]) -> Path:
-    """The file `write(path)` makes. Under EMBER_TEST_LOWERED_DIR (set by
-    test_delegate_kernels_on_forced_isa_levels for its runs at each kernel level) the first run of a
-    test writes it there and the runs at the other levels load that same file: a file does not depend
-    on the level it is made on (as a deployed file meets every CPU path), and lowering took most of
-    each level's run."""
-    shared = os.environ.get("EMBER_TEST_LOWERED_DIR")
-    if not shared:
-        write(path)
-        return path
-    test_id = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]  # "file::test[params]"
-    cached = Path(shared) / hashlib.sha1(test_id.encode()).hexdigest() / path.name
-    if not cached.exists():
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(".partial")
-        write(partial)
-        partial.rename(cached)
-    return cached
-
-
 def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str):
     exported = []  # exported on first use (not at all when both files are shared)
 
@@ -86,7 +65,7 @@ def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str)
 
     files = {}
     for kind, parts in (("portable", ()), ("cpu", (CpuPartitioner(),))):
-        path = _lowered_file(tmp_path / f"{name}-{kind}.ember", writer(parts))
+        path = lowered_file(tmp_path / f"{name}-{kind}.ember", writer(parts))
         files[kind] = (Program.load(path), ember.runtime.load(path))
     return files
 
@@ -239,7 +218,7 @@ def test_blobs_in_the_codes_first_layout_give_the_same_bits(rows, tmp_path, monk
                 exported.append(export(module, (x,)))
             lower(exported[0], partitioners=(CpuPartitioner(),)).save(path)
 
-        path = _lowered_file(tmp_path / f"layout-{interleave}.ember", write)
+        path = lowered_file(tmp_path / f"layout-{interleave}.ember", write)
         data = path.read_bytes()
         flags = struct.unpack_from("<I", data, _blob_region(data)[0] + 32)[0]  # the ECW1 header's flags
         assert bool(flags & packing.FLAG_INTERLEAVED) == interleave
@@ -374,9 +353,9 @@ def test_every_isa_level_gives_the_same_int_results(K, rows, tmp_path):
 
 def test_delegate_kernels_on_forced_isa_levels(tmp_path):
     """This file's kernel tests and the batched decode's bit-for-bit test (the kernels over stacked
-    rows), rerun on every lower level the CPU has, all levels on the same files (_lowered_file)."""
+    rows), rerun on every lower level the CPU has, all levels on the same files (lowered_file)."""
     batched = str(REPO / "tests" / "llm" / "test_batched_decode.py")
-    env = {**os.environ, "EMBER_TEST_LOWERED_DIR": str(tmp_path / "lowered")}
+    env = {**os.environ, LOWERED_DIR_ENV: str(tmp_path / "lowered")}
     for level in _supported_levels()[:-1]:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, batched, "-k",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import ember.runtime
+from tests.helpers import LOWERED_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 LEVELS = ["portable", "avx2", "avx512", "avx512vnni", "amx"]
@@ -114,10 +115,17 @@ sys.exit(code)
 """
 
 
+@pytest.fixture(scope="module")
+def lowered_dir(tmp_path_factory) -> Path:
+    """The files the first level's run lowers, which the other levels' runs load (tests.helpers.to_ember)."""
+    return tmp_path_factory.mktemp("lowered")
+
+
 @pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
-def test_kernels_on_forced_isa(isa: str) -> None:
+def test_kernels_on_forced_isa(isa: str, lowered_dir: Path) -> None:
     """The math-heavy kernel tests pass with every kernel family on the forced level, and the
-    process that ran them reports each family's table at that level (not merely the variable set)."""
+    process that ran them reports each family's table at that level (not merely the variable set).
+    Every level runs the same files."""
     if isa not in _supported():
         pytest.skip(f"this CPU cannot run {isa} kernels")
     proc = subprocess.run(
@@ -125,7 +133,8 @@ def test_kernels_on_forced_isa(isa: str) -> None:
          str(REPO / "tests/runtime/test_kernels.py"), str(REPO / "tests/runtime/test_quantized_kernels.py"),
          str(REPO / "tests/runtime/test_kv_cache_kernels.py"), str(REPO / "tests/runners/test_sampler.py"),
          "-k", "linear or attend or sdpa or softmax or silu or norm or matmul or quantized or greedy"],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "EMBER_KERNEL_ISA": isa}, timeout=600)
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+        env={**os.environ, "EMBER_KERNEL_ISA": isa, LOWERED_DIR_ENV: str(lowered_dir)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout
     used = json.loads(proc.stdout.split("EMBER_KERNELS_USED ", 1)[1].splitlines()[0])
