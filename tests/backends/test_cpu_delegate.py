@@ -16,7 +16,6 @@ import random
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -54,18 +53,11 @@ def _variants(K: int, seed: int, group_sizes: tuple[int, ...]) -> list[dict]:
 
 
 def _lower_both(module: torch.nn.Module, args: tuple, tmp_path: Path, name: str):
-    exported = []  # exported on first use (not at all when both files are shared)
-
-    def writer(parts: tuple) -> Callable[[Path], None]:
-        def write(path: Path) -> None:
-            if not exported:
-                exported.append(export(module, args))
-            lower(exported[0], partitioners=parts).save(path)
-        return write
-
+    exported = functools.cache(lambda: export(module, args))  # on first use: never when both files are shared
     files = {}
     for kind, parts in (("portable", ()), ("cpu", (CpuPartitioner(),))):
-        path = lowered_file(tmp_path / f"{name}-{kind}.ember", writer(parts))
+        path = lowered_file(tmp_path / f"{name}-{kind}.ember",
+                            lambda out, parts=parts: lower(exported(), partitioners=parts).save(out))
         files[kind] = (Program.load(path), ember.runtime.load(path))
     return files
 
@@ -208,17 +200,12 @@ def test_blobs_in_the_codes_first_layout_give_the_same_bits(rows, tmp_path, monk
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(1, rows, K, generator=gen)
     module = QLinears(_variants(K, rows, (32, 64, 576)))
-    exported = []
+    exported = functools.cache(lambda: export(module, (x,)))
     outs = {}
     for interleave in (True, False):
         monkeypatch.setattr(packing, "pack", functools.partial(PACK, interleave=interleave))
-
-        def write(path: Path) -> None:
-            if not exported:
-                exported.append(export(module, (x,)))
-            lower(exported[0], partitioners=(CpuPartitioner(),)).save(path)
-
-        path = lowered_file(tmp_path / f"layout-{interleave}.ember", write)
+        path = lowered_file(tmp_path / f"layout-{interleave}.ember",
+                            lambda out: lower(exported(), partitioners=(CpuPartitioner(),)).save(out))
         data = path.read_bytes()
         flags = struct.unpack_from("<I", data, _blob_region(data)[0] + 32)[0]  # the ECW1 header's flags
         assert bool(flags & packing.FLAG_INTERLEAVED) == interleave
