@@ -118,7 +118,13 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
     limit at `memory_limit` (below it), so every file-sized allocation must be refused by ember
     before the operating system refuses it.
     """
-    import ember.runtime  # noqa: F401 - imported once here, inherited by every child
+    # Imported once here and inherited by every child (which would otherwise import numpy anew
+    # for each mutant); OpenBLAS with no threads of its own, so that none are lost across fork().
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import numpy  # noqa: F401
+
+    import ember.runtime  # noqa: F401
+    from ember.runners import _runner  # noqa: F401
 
     seed = with_all_fields(seed)
     mutator = Mutator(seed, salt)
