@@ -22,6 +22,13 @@ SUBCOMMAND_MODULES = (
 )
 
 
+def fail(command: str, message: object, code: int = 2) -> int:
+    """Prints `ember COMMAND: error: MESSAGE` to stderr (argparse's form, for every subcommand's
+    errors) and returns `code`: 2 for a bad argument or input, 1 for a failure while running."""
+    print(f"ember {command}: error: {message}", file=sys.stderr)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ember import __version__
 

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from ember.cli import fail
+
 __all__ = ["register"]
 
 
@@ -20,17 +22,14 @@ def run(args: argparse.Namespace) -> int:
         result = evaluate(args.file, text=args.text, reference=args.reference, tokens=args.tokens,
                           window=args.window, progress=not args.quiet, threads=args.threads, mmap=args.mmap)
     except (EvalError, EmberError) as error:
-        print(f"ember eval: {error}", file=sys.stderr)
-        return 1
+        return fail("eval", error, 1)
     recorded = None
     if args.record:
         try:
             recorded = record(args.file, result)
         except (EvalError, EmberError, OSError) as error:
-            print(f"ember eval: could not record the results in {args.file} (the file is unchanged): {error}",
-                  file=sys.stderr)
             print(result.table())
-            return 1
+            return fail("eval", f"could not record the results in {args.file} (the file is unchanged): {error}", 1)
     for note in result.notes:
         print(f"ember eval: note: {note}", file=sys.stderr)
     sys.stderr.flush()

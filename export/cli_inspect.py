@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
+
+from ember.cli import fail
 
 # The file readers (flatbuffers, which imports numpy) are imported by the functions that use them:
 # `ember` registers this command in every CLI process, `ember bench` included.
@@ -144,11 +145,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         info = describe(check_program_path(args.file))
     except EmberError as exc:
-        print(f"ember inspect: error: {exc}", file=sys.stderr)
-        return 1
+        return fail("inspect", exc, 1)
     except (OSError, ValueError) as exc:  # the Python reader on a file the runtime accepted
-        print(f"ember inspect: error: {args.file}: {exc}", file=sys.stderr)
-        return 1
+        return fail("inspect", f"{args.file}: {exc}", 1)
     print(json.dumps(info, indent=2, default=str) if args.json else render(info, tensors=args.tensors))
     return 0
 

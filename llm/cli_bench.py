@@ -13,11 +13,11 @@ import os
 import platform
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ember.cli import fail
 from ember.llm.cli_generate import add_load_arguments
 
 _FALLBACK_TEXT = (
@@ -121,21 +121,17 @@ def bench(path: str, prompt_len: int, gen_len: int, repeats: int, warmup: int, t
 def run(args: argparse.Namespace) -> int:
     for name in ("prompt_len", "gen_len", "repeats"):
         if getattr(args, name) < 1:
-            print(f"ember bench: error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
-            return 2
+            return fail("bench", f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", 2)
     if args.warmup < 0:
-        print(f"ember bench: error: --warmup must be >= 0, got {args.warmup}", file=sys.stderr)
-        return 2
+        return fail("bench", f"--warmup must be >= 0, got {args.warmup}", 2)
     if args.threads is not None and not 1 <= args.threads < 2**31:
-        print(f"ember bench: error: --threads must be in [1, 2**31), got {args.threads}", file=sys.stderr)
-        return 2
+        return fail("bench", f"--threads must be in [1, 2**31), got {args.threads}", 2)
     text_path = Path(args.text) if args.text else _default_text_path()
     try:
         result = bench(args.file, args.prompt_len, args.gen_len, args.repeats, args.warmup, args.threads, text_path,
                        args.mmap)
     except (ValueError, OSError, RuntimeError) as error:
-        print(f"ember bench: error: {error}", file=sys.stderr)
-        return 1
+        return fail("bench", error, 1)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ember.cli import fail
 from ember.llm.cli_generate import add_model_arguments, add_sampling_arguments, check_arguments, context_full_note, open_model
 
 HELP = "commands: /reset (new conversation), /stats (last answer's timings), /exit (or Ctrl-D); Ctrl-C stops an answer"
@@ -22,13 +23,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = check_arguments(args)  # before loading (or exporting the default model)
     except ValueError as error:
-        print(f"ember chat: error: {error}", file=sys.stderr)
-        return 2
+        return fail("chat", error, 2)
     try:
         llm = open_model(args)
     except (ValueError, OSError, RuntimeError) as error:
-        print(f"ember chat: error: {error}", file=sys.stderr)
-        return 1
+        return fail("chat", error, 1)
     interactive = sys.stdin.isatty()
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages: list[dict[str, str]] = list(system)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
+
+from ember.cli import fail
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,11 +18,9 @@ def run(args: argparse.Namespace) -> int:
         quant = recipe_from_args(args)  # a bad recipe or source fails before torch is even imported
         check_source_path(args.source)
     except SourceError as exc:
-        print(f"ember export: error: {exc}", file=sys.stderr)
-        return 1
+        return fail("export", exc, 1)
     except ValueError as exc:
-        print(f"ember export: {exc}", file=sys.stderr)
-        return 2
+        return fail("export", exc, 2)
     if args.quiet:
         # "no progress bars" includes the ones third parties draw with plain tqdm (transformers' GGUF
         # dequantization); tqdm reads its defaults from TQDM_* variables when it is imported
@@ -37,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
                    dtype=args.dtype, quant=quant, backend=args.backend, logits=args.logits, progress=not args.quiet,
                    qactivations=args.qactivations, kv_dtype=args.kv_dtype)
     except (SourceError, ValueError, FileNotFoundError) as exc:
-        print(f"ember export: {exc}", file=sys.stderr)
-        return 1
+        return fail("export", exc, 1)
     return 0
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ember.cli import fail
+
 __all__ = ["register", "add_model_arguments", "add_load_arguments", "add_sampling_arguments", "sampling_overrides",
            "check_arguments", "open_model", "context_full_note"]
 
@@ -95,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = check_arguments(args)
     except ValueError as error:
-        print(f"ember generate: error: {error}", file=sys.stderr)
-        return 2
+        return fail("generate", error, 2)
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     try:
         llm = open_model(args)
@@ -116,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n[stopped]", file=sys.stderr)
         return 130
     except (ValueError, OSError, RuntimeError, TypeError) as error:
-        print(f"ember generate: error: {error}", file=sys.stderr)
-        return 1
+        return fail("generate", error, 1)
     note = context_full_note(llm)
     if note:
         print(note, file=sys.stderr)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 from typing import TYPE_CHECKING
+
+from ember.cli import fail
 
 if TYPE_CHECKING:
     from ember.llm.serve.config import ServeConfig
@@ -58,28 +59,23 @@ def _run(args: argparse.Namespace) -> int:
     if args.ray:
         return _run_ray(args)
     if args.replicas is not None:
-        print(f"ember serve: --replicas {args.replicas} needs --ray (replicas are Ray Serve replicas): add --ray, "
-              "or use --sessions N for more conversations in this one process", file=sys.stderr)
-        return 2
+        return fail("serve", f"--replicas {args.replicas} needs --ray (replicas are Ray Serve replicas): add --ray, "
+                    "or use --sessions N for more conversations in this one process", 2)
     if args.ray_address is not None:
-        print(f"ember serve: --ray-address {args.ray_address} needs --ray: add --ray", file=sys.stderr)
-        return 2
+        return fail("serve", f"--ray-address {args.ray_address} needs --ray: add --ray", 2)
     try:
         import uvicorn
 
         from ember.llm.serve.app import create_app
     except ImportError as error:
-        print(f"ember serve needs the serve extra ({error.name} is missing): pip install 'ember[serve]'",
-              file=sys.stderr)
-        return 2
+        return fail("serve", f"the serve extra is needed ({error.name} is missing): pip install 'ember[serve]'", 2)
     from ember.runtime.errors import EmberError
 
     try:
         config = _config(args)
         app = create_app(config)
     except (ValueError, EmberError) as error:
-        print(f"ember serve: {error}", file=sys.stderr)
-        return 2
+        return fail("serve", error, 2)
     server = uvicorn.Server(uvicorn.Config(
         app, host=config.host, port=config.port, log_level=args.log_level,
         timeout_graceful_shutdown=config.shutdown_timeout_s, lifespan="on"))
@@ -107,22 +103,17 @@ def _run_ray(args: argparse.Namespace) -> int:
         config = _config(args)
         ray_config = RayConfig(replicas=1 if args.replicas is None else args.replicas, address=args.ray_address)
     except ValueError as error:
-        print(f"ember serve: {error}", file=sys.stderr)
-        return 2
+        return fail("serve", error, 2)
     from ember.llm.serve import ray_deployment
 
     try:
         import ember.llm.serve.app  # noqa: F401  (each replica builds this app: a missing extra fails here, once)
     except ImportError as error:
-        print(f"ember serve --ray needs the ray extra ({error.name} is missing): pip install 'ember[ray]'",
-              file=sys.stderr)
-        return 2
+        return fail("serve", f"--ray needs the ray extra ({error.name} is missing): pip install 'ember[ray]'", 2)
     try:
         ray_deployment.run(config, ray_config, log_level=args.log_level)
     except (ray_deployment.RayMissingError, ValueError) as error:
-        print(f"ember serve: {error}", file=sys.stderr)
-        return 2
+        return fail("serve", error, 2)
     except ray_deployment.DeploymentFailedError as error:
-        print(f"ember serve: {error} (the replicas' log above has the details)", file=sys.stderr)
-        return 1
+        return fail("serve", f"{error} (the replicas' log above has the details)", 1)
     return 0
