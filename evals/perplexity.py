@@ -106,4 +106,5 @@ def evaluate(
         max_logit_error=s.get("max_logit_error"),
         reference_seconds=ref_seconds if ref is not None else None,
         notes=tuple(notes),
+        window_nll=tuple(float(x.mean()) for x in tally.nll),
     )

@@ -31,6 +31,7 @@ class EvalResult:
     max_logit_error: float | None = None  # largest |file logit - reference logit|
     reference_seconds: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    window_nll: tuple[float, ...] = ()  # mean NLL of each window, in order (its spread; a prefix's perplexity)
 
     @property
     def tokens_per_s(self) -> float:

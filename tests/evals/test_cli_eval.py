@@ -19,7 +19,7 @@ from .conftest import CORPUS
 EXPECTED_KEYS = {
     "file", "corpus", "logits", "window", "windows", "tokens", "predicted", "perplexity", "nll", "seconds",
     "tokens_per_s", "reference", "reference_perplexity", "ppl_ratio", "kl_mean", "kl_p99", "kl_max", "top1",
-    "max_logit_error", "reference_seconds", "notes",
+    "max_logit_error", "reference_seconds", "notes", "window_nll",
 }
 
 
@@ -33,6 +33,7 @@ def test_json_output_has_the_expected_keys(tiny, capsys) -> None:
                      "--reference", str(tiny.reference))
     assert set(out) == EXPECTED_KEYS
     assert out["tokens"] == 128 and out["window"] == 64 and out["windows"] == 2 and out["logits"] == "all"
+    assert len(out["window_nll"]) == 2
     assert out["ppl_ratio"] == pytest.approx(1.0, abs=1e-4) and out["top1"] == 1.0
     assert out["corpus"].startswith("pride_and_prejudice.txt (sha256 ")
     no_ref = _eval_json(capsys, str(tiny.all), "--tokens", "64", "--window", "32")

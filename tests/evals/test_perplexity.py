@@ -40,6 +40,11 @@ def test_perplexity_matches_transformers(tiny, mode: str) -> None:
     assert result.logits == mode
     expected = _hf_perplexity(tiny.model, tiny.tokenizer, CONTEXT, 4)
     assert result.perplexity == pytest.approx(expected, rel=1e-4)
+    # per window, in order: the first window's alone is what 64 tokens give
+    assert len(result.window_nll) == 4 and len(set(result.window_nll)) == 4
+    assert math.exp(sum(result.window_nll) / 4) == pytest.approx(result.perplexity, rel=1e-9)
+    assert math.exp(result.window_nll[0]) == pytest.approx(_hf_perplexity(tiny.model, tiny.tokenizer, CONTEXT, 1),
+                                                           rel=1e-4)
     assert result.reference is None and result.kl_mean is None
     assert any("token by token" in n for n in result.notes) == (mode == "last")
 

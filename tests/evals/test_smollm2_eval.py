@@ -18,13 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory) -> tuple[Path, Path]:
-    from ember.llm.exporter import export_llm
-
-    gguf = smollm2_gguf_path()
-    out = tmp_path_factory.mktemp("smollm2_eval") / "smollm2_all.ember"
-    export_llm(gguf, out, max_context_len=512, max_seq_len=128, logits="all", progress=False)
-    return out, gguf
+def smollm2(smollm2_fp32_all) -> tuple[Path, Path]:
+    return smollm2_fp32_all, smollm2_gguf_path()
 
 
 def test_fp32_export_matches_the_gguf_reference(smollm2) -> None:
