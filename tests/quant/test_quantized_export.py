@@ -77,7 +77,7 @@ def _export(case: str, recipe: QuantRecipe, tmp_path: Path):
     exported = clone_model(model)
     to_canonical_modules(exported)
     wrapper = ExportableLLM(exported, ExportConfig(max_context_len=MAX_CONTEXT_LEN, max_seq_len=MAX_SEQ_LEN))
-    program = lower(wrapper.export(), metadata={"llm.family": config.model_type})
+    program = lower(wrapper.export(functionalize=False), metadata={"llm.family": config.model_type})
     path = tmp_path / f"{case}.ember"
     program.save(path)
     return path, program, model, config, plan
