@@ -21,6 +21,7 @@
 #include "ember/runtime/method.h"
 #include "ember/runtime/thread_pool.h"
 #include "program_generated.h"
+#include "program_strings.h"
 
 namespace ember {
 
@@ -257,6 +258,7 @@ Error Program::verify() {
               "program table failed flatbuffer verification (the file is corrupted or truncated)");
   root_ = fb::GetProgram(base_ + fb_off);
   EMBER_TRY(verify_vector_alignment(root_));
+  EMBER_TRY(verify_program_strings(root_));
   if (root_->segments() != nullptr) {
     const auto* segs = root_->segments();
     for (uint32_t i = 0; i < segs->size(); ++i) {

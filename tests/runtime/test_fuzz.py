@@ -66,6 +66,37 @@ def test_fuzz_smoke(program_bytes: bytes, tmp_path: Path) -> None:
     assert report["counts"].get("ember error", 0) > 0 and report["counts"].get("ok", 0) > 0
 
 
+def test_a_crash_or_hang_is_pinned_on_its_mutant(program_bytes: bytes, monkeypatch) -> None:
+    """Children run batches of mutants: a child that dies (signal, alarm) is charged to the first
+    mutant of its batch without an outcome, and a new child goes on after it."""
+    import faulthandler
+    import signal
+    import time
+
+    from tests.runtime.fuzz import harness
+
+    seed = with_all_fields(program_bytes)
+    mutator = Mutator(seed)
+    crash, hang = {mutator.mutant(i).apply(seed) for i in (5, 21, 31)}, mutator.mutant(9).apply(seed)
+    assert hang not in crash
+
+    def run_one(data: bytes, llm: bool, scratch: str) -> int:
+        if data in crash:
+            faulthandler.disable()  # pytest's, inherited: no traceback dump from the child
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if data == hang:
+            time.sleep(30)
+        return harness.OK
+
+    monkeypatch.setattr(harness, "_run_one", run_one)
+    report = harness.fuzz(program_bytes, 40, timeout=1, batch=16, jobs=2)
+    assert sum(report.counts.values()) == 40 and report.counts["ok"] == 36
+    assert sorted((i, outcome) for i, outcome, _ in report.failures) == [
+        (5, "signal SIGSEGV"), (9, "hang (alarm)"), (21, "signal SIGSEGV"), (31, "signal SIGSEGV")]
+    with pytest.raises(ValueError, match="batch must be in"):
+        harness.fuzz(program_bytes, 1, batch=0)
+
+
 @pytest.mark.slow
 def test_fuzz_small_program(program_bytes: bytes, tmp_path: Path) -> None:
     seed = tmp_path / "block.ember"

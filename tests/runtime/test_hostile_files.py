@@ -184,3 +184,21 @@ def test_memory_limit_is_validated() -> None:
     for bad in (0, -1, 2**64, 1.5, True):
         with pytest.raises(InvalidArgumentError, match="memory limit"):
             ember.runtime.set_memory_limit(bad)
+
+
+# Byte runs Python's strict UTF-8 decoder refuses: a lone continuation byte, an overlong '/', a
+# surrogate (U+D800), a sequence cut short, 0xFF.
+NOT_UTF8 = [b"\xac", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xff"]
+
+
+@pytest.mark.parametrize("bad", NOT_UTF8, ids=lambda b: b.hex())
+def test_strings_that_are_not_utf8_are_refused(bad: bytes) -> None:
+    # Once: the names reached Python as bytes it could not decode (a UnicodeDecodeError).
+    text = "valid é and 🙂 text"
+    data = _bytes(Scalar(), torch.tensor(2.0), metadata={"test.key": text})
+    prog = ember.runtime.load(data)
+    assert prog.methods == ["forward"] and prog.metadata["test.key"] == text
+    for old, where in ((b"forward", "the name of method 0"), (b"test.key", "the key of metadata entry"),
+                       (text.encode(), "the value of metadata entry")):
+        assert data.count(old) == 1
+        _refused(data.replace(old, bad + old[len(bad):]), f"{where}.* is not valid UTF-8")

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="children at a time (default: the usable CPUs)")
     ap.add_argument("--address-space-mb", type=int, default=1024, help="address space each child may add")
     ap.add_argument("--memory-limit-mb", type=int, default=256, help="ember's memory limit in each child")
-    ap.add_argument("--timeout", type=int, default=20, help="seconds before a child counts as hung")
+    ap.add_argument("--timeout", type=int, default=20, help="seconds before a mutant counts as hung")
+    ap.add_argument("--batch", type=int, default=16, help="mutants per forked child (default 16)")
     ap.add_argument("--save", metavar="DIR", help="write failing mutants here")
     ap.add_argument("--patches", metavar="FILE", help="write all mutants as a patch file and exit")
     args = ap.parse_args(argv)
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = fuzz(seed, args.count, llm=args.llm, salt=args.salt, jobs=args.jobs,
                   address_space=args.address_space_mb << 20, memory_limit=args.memory_limit_mb << 20,
-                  timeout=args.timeout, on_failure=save)
+                  timeout=args.timeout, batch=args.batch, on_failure=save)
     print(json.dumps({"counts": report.counts, "failures": report.failures, "seconds": round(report.seconds, 1)}))
     return 1 if report.failures else 0
 
