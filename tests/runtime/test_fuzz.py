@@ -34,10 +34,10 @@ def _fuzz(seed: Path, *flags: str, count: int = COUNT) -> dict:
     return report
 
 
-def _llm_seed(tmp_path: Path) -> Path:
+def _llm_seed(tmp_path: Path, quant: str | None = None) -> Path:
     from tests.runners.tiny_llm import tiny_llm_path
 
-    return tiny_llm_path()
+    return tiny_llm_path(quant=quant)
 
 
 def test_field_map_covers_the_schema(program_bytes: bytes) -> None:
@@ -109,6 +109,13 @@ def test_fuzz_tiny_llm(tmp_path: Path) -> None:
     _fuzz(_llm_seed(tmp_path), "--llm")
 
 
+@pytest.mark.slow
+def test_fuzz_tiny_quantized_llm(tmp_path: Path) -> None:
+    """8da4w: the linears and the tied table run on the CPU delegate, whose packed blobs the
+    mutants cut, flip and resize."""
+    _fuzz(_llm_seed(tmp_path, "8da4w"), "--llm")
+
+
 def _asan_patched(tool: Path, seed: Path, tmp_path: Path, count: int) -> None:
     patches = tmp_path / f"{seed.stem}.patches"
     subprocess.run([sys.executable, "-m", "tests.runtime.fuzz", str(seed), "--count", str(count), "--patches",
@@ -129,3 +136,4 @@ def test_fuzz_corpus_under_address_sanitizer(asan_tool: Path, program_bytes: byt
     seed.write_bytes(program_bytes)
     _asan_patched(asan_tool, seed, tmp_path, COUNT)
     _asan_patched(asan_tool, _llm_seed(tmp_path), tmp_path, COUNT)
+    _asan_patched(asan_tool, _llm_seed(tmp_path, "8da4w"), tmp_path, COUNT)
