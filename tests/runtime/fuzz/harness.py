@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import signal
 import struct
 import sys
@@ -131,6 +132,14 @@ def _child(seed: bytes, mutator: Mutator, batch: list[int], llm: bool, scratch: 
         os.write(out, _RECORD.pack(index, code))
 
 
+def _pidfd(pid: int) -> int:
+    """A file descriptor that becomes readable when child `pid` exits, or -1 (Linux < 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 def _read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 1 << 16):
@@ -164,7 +173,7 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
     jobs = jobs or max(1, len(os.sched_getaffinity(0)))
     report = Report()
     pending = deque(list(range(i, min(i + batch, count))) for i in range(0, count, batch))
-    running: dict[int, tuple[list[int], int]] = {}  # pid -> (its batch, its pipe's read end)
+    running: dict[int, tuple[list[int], int, int]] = {}  # pid -> (its batch, its pipe's read end, its pidfd or -1)
     start = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="ember-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
 
@@ -180,8 +189,17 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
                 on_failure(index, mutant, outcome)
 
     def reap() -> None:
-        pid, status = os.waitpid(-1, 0)
-        work, fd = running.pop(pid)
+        # Waits for one of this call's children only (a pidfd per child where the OS has them):
+        # waitpid(-1) would also reap children its caller started (in a test process, a server's).
+        pidfds = {pidfd: pid for pid, (_, _, pidfd) in running.items() if pidfd >= 0}
+        pid = -1
+        if len(pidfds) == len(running):
+            ready, _, _ = select.select(list(pidfds), [], [])
+            pid = pidfds[ready[0]]
+        pid, status = os.waitpid(pid, 0)
+        work, fd, pidfd = running.pop(pid)
+        if pidfd >= 0:
+            os.close(pidfd)
         data = _read_all(fd)
         done = [_RECORD.unpack_from(data, k) for k in range(0, len(data) - len(data) % _RECORD.size, _RECORD.size)]
         for index, code in done:
@@ -217,12 +235,14 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
                     finally:
                         os._exit(code)
                 os.close(write_end)
-                running[pid] = (work, read_end)
+                running[pid] = (work, read_end, _pidfd(pid))
             reap()
     finally:
-        for pid, (_, fd) in running.items():
+        for pid, (_, fd, pidfd) in running.items():
             os.kill(pid, signal.SIGKILL)
-            os.close(fd)
+            os.waitpid(pid, 0)
+            for f in (fd, pidfd) if pidfd >= 0 else (fd,):
+                os.close(f)
         os.rmdir(scratch) if not os.listdir(scratch) else None
     report.counts = {k: v for k, v in report.counts.items() if v}
     report.seconds = time.monotonic() - start
