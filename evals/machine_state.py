@@ -3,7 +3,10 @@
 
 On the 2-core Intel Xeon VM the same read gave ~47 GB/s in its normal phase and 8-13 GB/s in its slow
 ones, and every ratio these benchmarks report moved with it (serving 4 vs 1 clients, late vs early
-decode): figures from runs whose probes differ that much do not compare.
+decode): figures from runs whose probes differ that much do not compare. As a script it prints the
+read, or waits for a rate before running a benchmark:
+
+    python evals/machine_state.py --wait-for 35 -- python evals/bench_serve.py smol.ember --clients 1,4
 """
 
 from __future__ import annotations
@@ -20,3 +23,47 @@ def read_gbs(threads: int) -> float:
 
 def describe(start: float, end: float) -> str:
     return f"machine state: a {PROBE_MIB} MiB read at {start:.1f} GB/s before the runs, {end:.1f} GB/s after"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import os
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser(
+        prog="python evals/machine_state.py",
+        description=f"Print the machine's state (a {PROBE_MIB} MiB read by --threads threads, GB/s). With --wait-for, "
+                    "probe every --every seconds until the read reaches that rate, then run COMMAND (e.g. a "
+                    "benchmark) in this process's place; exit 1 if --timeout passes first.")
+    ap.add_argument("--threads", type=int, default=2, help="reading threads (default 2: the benchmarks' own)")
+    ap.add_argument("--wait-for", type=float, default=None, metavar="GBS", help="the rate to wait for")
+    ap.add_argument("--every", type=float, default=120.0, metavar="S", help="seconds between probes (default 120)")
+    ap.add_argument("--timeout", type=float, default=3 * 3600.0, metavar="S",
+                    help="give up after S seconds (default 3 h)")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]: run once the rate is reached")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command and args.wait_for is None:
+        ap.error("COMMAND needs --wait-for GBS")
+    deadline = time.monotonic() + args.timeout
+    while True:
+        gbs = read_gbs(args.threads)
+        threads = f"{args.threads} thread{'s' * (args.threads != 1)}"
+        print(f"{time.strftime('%H:%M:%S')} a {PROBE_MIB} MiB read by {threads}: {gbs:.1f} GB/s", flush=True)
+        if args.wait_for is None:
+            return 0
+        if gbs >= args.wait_for:
+            break
+        if time.monotonic() + args.every > deadline:
+            print(f"machine_state: the read stayed under {args.wait_for:g} GB/s for {args.timeout:g} s",
+                  file=sys.stderr)
+            return 1
+        time.sleep(args.every)
+    if command:
+        os.execvp(command[0], command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
