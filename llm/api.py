@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ember.llm.generation import GenerationConfig
-from ember.runtime.errors import InvalidArgumentError
+from ember.runtime.errors import InvalidArgumentError, InvalidProgramError
 from ember.runtime.file_check import check_program_path
 
 __all__ = ["LLM", "GenerationStats", "forward_batch", "load"]
@@ -175,7 +175,13 @@ class LLM:
                     f"'{self.path}' has no tokenizer (no tokenizer.kind / tokenizer.data metadata); "
                     "pass token ids instead of text, or re-export the model with its tokenizer"
                 )
-            self._tokenizer = Tokenizer.from_metadata(kind, data, self.metadata.get("tokenizer.config") or "{}")
+            try:
+                self._tokenizer = Tokenizer.from_metadata(kind, data, self.metadata.get("tokenizer.config") or "{}")
+            except Exception as error:  # noqa: BLE001 - the tokenizer libraries raise plain Exception on bad data
+                raise InvalidProgramError(
+                    f"'{self.path}': its tokenizer (tokenizer.data, {kind}) cannot be read: {error}. The file is "
+                    "corrupted or was not written by `ember export`; re-export the model"
+                ) from error
         return self._tokenizer
 
     @property

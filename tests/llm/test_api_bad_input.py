@@ -166,3 +166,21 @@ def test_hostile_template_in_a_file_is_a_clean_error(llm, monkeypatch) -> None:
     monkeypatch.setitem(llm.metadata, "chat.template", "{{ 'x' * 10**10 }}")
     with pytest.raises(ChatTemplateError, match="over its budget"):
         llm.chat([{"role": "user", "content": "Hi"}], max_new_tokens=2)
+
+
+# --- a file whose tokenizer cannot be read ------------------------------------------------------------
+@pytest.mark.parametrize("corrupt, detail", [
+    (lambda d: d.replace(b'"model"', b'"\xffodel"', 1), "utf-8"),   # not UTF-8
+    (lambda d: d.replace(b'"model"', b'"mode!"', 1), "expected"),   # UTF-8, not a tokenizer.json
+], ids=["not_utf8", "not_a_tokenizer"])
+def test_a_corrupted_tokenizer_is_an_ember_error(corrupt, detail: str, tmp_path) -> None:
+    # Once: a UnicodeDecodeError or the tokenizers library's bare Exception reached the caller.
+    from ember.runtime.errors import InvalidProgramError
+
+    data = tiny_llm_path().read_bytes()
+    assert data.count(b'"model"') >= 1
+    path = tmp_path / "bad.ember"
+    path.write_bytes(corrupt(data))
+    match = rf"its tokenizer \(tokenizer.data, hf_json\) cannot be read: .*{detail}"
+    with pytest.raises(InvalidProgramError, match=match):
+        ember.load(path).generate(PROMPT, max_new_tokens=2)
