@@ -80,7 +80,7 @@ def test_a_crash_or_hang_is_pinned_on_its_mutant(program_bytes: bytes, monkeypat
     crash, hang = {mutator.mutant(i).apply(seed) for i in (5, 21, 31)}, mutator.mutant(9).apply(seed)
     assert hang not in crash
 
-    def run_one(data: bytes, llm: bool, scratch: str) -> int:
+    def run_one(data: bytes, llm: bool, scratch: str, api: bool) -> int:
         if data in crash:
             faulthandler.disable()  # pytest's, inherited: no traceback dump from the child
             os.kill(os.getpid(), signal.SIGSEGV)
@@ -107,6 +107,13 @@ def test_fuzz_small_program(program_bytes: bytes, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_fuzz_tiny_llm(tmp_path: Path) -> None:
     _fuzz(_llm_seed(tmp_path), "--llm")
+
+
+@pytest.mark.slow
+def test_fuzz_tiny_llm_through_the_python_api(tmp_path: Path) -> None:
+    """ember.load, generate and chat: the tokenizer, chat template and generation defaults that
+    Python reads from the file, on top of the runner."""
+    _fuzz(_llm_seed(tmp_path), "--api")
 
 
 @pytest.mark.slow

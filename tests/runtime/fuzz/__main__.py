@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=10000, help="mutants to run (default 10000)")
     ap.add_argument("--salt", type=int, default=0, help="selects another deterministic sequence of mutants")
     ap.add_argument("--llm", action="store_true", help="also drive each mutant through the text runner")
+    ap.add_argument("--api", action="store_true",
+                    help="drive each mutant through the Python API instead (ember.load, generate, chat)")
     ap.add_argument("--jobs", type=int, default=None, help="children at a time (default: the usable CPUs)")
     ap.add_argument("--address-space-mb", type=int, default=1024, help="address space each child may add")
     ap.add_argument("--memory-limit-mb", type=int, default=256, help="ember's memory limit in each child")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(mutant.apply(base))
         print(f"mutant {index}: {outcome}: {'; '.join(mutant.ops)}", file=sys.stderr)
 
-    report = fuzz(seed, args.count, llm=args.llm, salt=args.salt, jobs=args.jobs,
+    report = fuzz(seed, args.count, llm=args.llm, api=args.api, salt=args.salt, jobs=args.jobs,
                   address_space=args.address_space_mb << 20, memory_limit=args.memory_limit_mb << 20,
                   timeout=args.timeout, batch=args.batch, on_failure=save)
     print(json.dumps({"counts": report.counts, "failures": report.failures, "seconds": round(report.seconds, 1)}))

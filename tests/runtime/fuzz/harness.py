@@ -81,6 +81,20 @@ def _run_llm(data: bytes, scratch: str) -> None:
         os.unlink(path)
 
 
+def _run_api(data: bytes, scratch: str) -> None:
+    import ember
+
+    path = os.path.join(scratch, f"m{os.getpid()}.ember")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        llm = ember.load(path, threads=1)
+        llm.generate("Once upon a time", max_new_tokens=2)
+        llm.chat([{"role": "user", "content": "Hi"}], max_new_tokens=2)
+    finally:
+        os.unlink(path)
+
+
 def _setup_child(address_space: int, memory_limit: int) -> None:
     import ember.runtime
 
@@ -90,11 +104,20 @@ def _setup_child(address_space: int, memory_limit: int) -> None:
     ember.runtime.set_num_threads(1)
 
 
-def _run_one(data: bytes, llm: bool, scratch: str) -> int:
-    """One mutant's run in a child: its outcome code."""
+def _run_one(data: bytes, llm: bool, scratch: str, api: bool = False) -> int:
+    """One mutant's run in a child: its outcome code. `api`: through ember.load, generate and chat
+    (the Python layer: the tokenizer, the chat template, the generation defaults) instead."""
     from ember.runtime.errors import EmberError, OutOfMemoryError
 
+    clean: tuple[type[BaseException], ...] = (EmberError,)
+    if api:  # the API's documented error for a chat template that does not parse, too
+        from ember.llm.chat_template import ChatTemplateError
+
+        clean = (EmberError, ChatTemplateError)
     try:
+        if api:
+            _run_api(data, scratch)
+            return OK
         if llm:
             try:
                 _run_llm(data, scratch)  # the runner drives the method itself: no second run
@@ -109,7 +132,7 @@ def _run_one(data: bytes, llm: bool, scratch: str) -> int:
             return CLEAN_ERROR
         print(f"allocation failed: {e!r}", file=sys.stderr)
         return ALLOCATION_FAILED
-    except EmberError:
+    except clean:
         return CLEAN_ERROR
     except MemoryError as e:
         print(f"allocation failed: {e!r}", file=sys.stderr)
@@ -123,11 +146,12 @@ def _run_one(data: bytes, llm: bool, scratch: str) -> int:
 _RECORD = struct.Struct("<qB")  # a child's report of one mutant: index, outcome code
 
 
-def _child(seed: bytes, mutator: Mutator, batch: list[int], llm: bool, scratch: str, timeout: int, out: int) -> None:
+def _child(seed: bytes, mutator: Mutator, batch: list[int], llm: bool, api: bool, scratch: str, timeout: int,
+           out: int) -> None:
     for index in batch:
         data = mutator.mutant(index).apply(seed)
         signal.alarm(timeout)
-        code = _run_one(data, llm, scratch)
+        code = _run_one(data, llm, scratch, api)
         signal.alarm(0)
         os.write(out, _RECORD.pack(index, code))
 
@@ -148,11 +172,13 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int | None = None,
+def fuzz(seed: bytes, count: int, *, llm: bool = False, api: bool = False, salt: int = 0, jobs: int | None = None,
          address_space: int = 1 << 30, memory_limit: int = 256 << 20, timeout: int = 20, batch: int = 16,
          on_failure: Callable[[int, Mutant, str], None] | None = None) -> Report:
     """Runs mutants 0..count-1 of `seed`, `jobs` children at a time, `batch` mutants per child;
-    returns what happened.
+    returns what happened. Each mutant's methods run on zero inputs; `llm`: the C++ text runner
+    generates two tokens (then the methods run if the file is refused as an LLM); `api`: it goes
+    through the Python API instead (ember.load, generate, chat).
 
     Each child may grow its address space by `address_space` bytes, and runs with ember's memory
     limit at `memory_limit` (below it), so every file-sized allocation must be refused by ember
@@ -165,6 +191,11 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
 
     import ember.runtime  # noqa: F401
     from ember.runners import _runner  # noqa: F401
+
+    if api:
+        import ember.llm.api  # noqa: F401
+        import ember.llm.chat_template  # noqa: F401
+        import ember.llm.tokenizer  # noqa: F401
 
     if not 1 <= batch <= 4096:  # a batch's reports (9 bytes each) must fit the pipe's buffer
         raise ValueError(f"batch must be in [1, 4096], got {batch}")
@@ -230,7 +261,7 @@ def fuzz(seed: bytes, count: int, *, llm: bool = False, salt: int = 0, jobs: int
                     try:
                         os.close(read_end)
                         _setup_child(address_space, memory_limit)
-                        _child(seed, mutator, work, llm, scratch, timeout, write_end)
+                        _child(seed, mutator, work, llm, api, scratch, timeout, write_end)
                         code = OK
                     finally:
                         os._exit(code)
