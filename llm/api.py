@@ -177,6 +177,8 @@ class LLM:
                 )
             try:
                 self._tokenizer = Tokenizer.from_metadata(kind, data, self.metadata.get("tokenizer.config") or "{}")
+            except ImportError:  # a missing tokenizer library (sentencepiece) is not a corrupted file
+                raise
             except Exception as error:  # noqa: BLE001 - the tokenizer libraries raise plain Exception on bad data
                 raise InvalidProgramError(
                     f"'{self.path}': its tokenizer (tokenizer.data, {kind}) cannot be read: {error}. The file is "
