@@ -275,6 +275,7 @@ PYBIND11_MODULE(_C, m) {
     for (const KernelPath& k : kernel_paths()) kernels[py::str(k.family)] = k.isa;
     const Error& err = kernel_isa_error();
     return py::dict(py::arg("model") = cpu_model_name(), py::arg("vendor") = cpu_vendor_name(f.vendor),
+                    py::arg("family") = f.family,
                     py::arg("features") = features,
                     py::arg("best_isa") = kernel_isa_name(best_kernel_isa()),
                     py::arg("isa") = kernel_isa_name(kernel_isa()),

@@ -51,6 +51,8 @@ CpuFeatures detect() {
     else if (std::strcmp(vendor, "AuthenticAMD") == 0) f.vendor = CpuVendor::kAmd;
   }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const int base_family = static_cast<int>((a >> 8) & 0xF);
+  f.family = base_family == 0xF ? base_family + static_cast<int>((a >> 20) & 0xFF) : base_family;
   const bool osxsave = (c >> 27) & 1;
   const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
   const bool avx_state = (xcr0 & 0x6) == 0x6;

@@ -50,10 +50,13 @@ def test_cpu_info_reports_features_and_every_kernel_family() -> None:
     vendors = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     vendor_ids = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("vendor_id")]
+    families = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("cpu family")]
     if vendor_ids:  # CPUID's vendor string, as the kernel reads it
         assert info["vendor"] == vendors.get(vendor_ids[0], "other"), (info["vendor"], vendor_ids[0])
     else:
         assert info["vendor"] in {"intel", "amd", "other"}
+    if families and info["vendor"] != "other":  # the display family, as the kernel computes it
+        assert info["family"] == int(families[0]), (info["family"], families[0])
     assert set(info["kernels"]) == F32_FAMILIES | Q_FAMILIES | CPU_DELEGATE_FAMILIES
     f = info["features"]
     if f["avx512f"] and f["avx512bw"] and f["avx512vl"] and f["fma"]:

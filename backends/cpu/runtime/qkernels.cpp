@@ -13,7 +13,8 @@ const BlockKernels& block_kernels() {
     if (level >= static_cast<int>(KernelIsa::kAvx512)) add_avx512_block_kernels(t);
     if (level >= static_cast<int>(KernelIsa::kAvx512Vnni)) add_avx512vnni_block_kernels(t);
     if (level >= static_cast<int>(KernelIsa::kAmx)) add_amx_block_kernels(t);
-    t.prefetch_every_block = cpu_features().vendor == CpuVendor::kIntel;  // measured: see BlockKernels
+    const CpuFeatures& f = cpu_features();  // measured: see BlockKernels::prefetch_every_block
+    t.prefetch_every_block = f.vendor == CpuVendor::kIntel || (f.vendor == CpuVendor::kAmd && f.family >= 0x1A);
     return t;
   }();
   return table;

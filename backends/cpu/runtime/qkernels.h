@@ -182,7 +182,12 @@ struct BlockKernels {
   // -10-20% on the Zen 4, and interleaved blocks, one sequential stream, lost there too (26 against
   // 27-30 GB/s). Over several rows the Zen 3 stalled on the prefetches (half of a step outside the
   // kernels).
-  // prefetch_every_block: every linear over every packed weight, set on Intel CPUs (block_kernels()).
+  // prefetch_every_block: every linear over every packed weight, set on Intel CPUs and on AMD from
+  // Zen 5 (CPUID family 0x1A) on (block_kernels()); never measured on a Zen 3 or Zen 4, which keep
+  // prefetch_next_block's choice above. On a 2-core AMD EPYC (Zen 5) VM, SmolLM2 `8da4w-kv8`, runs
+  // alternating with it off: 4 sessions batched -22% per step (4.28-4.45 -> 3.34 ms; forced avx2:
+  // 6.9-7.3 -> 4.75-4.85 ms), decode -7% per step (2.06-2.10 -> 1.91-1.94 ms; avx2 -8% to -15%),
+  // decode at ~1,900 +9% tok/s, 128-token prefill no slower.
   // On a 2-core Intel Xeon VM (AVX-512 VNNI + AMX), SmolLM2 steps alternating in one process: the
   // whole next block asked for at once, one row only, against nothing: decode -12% to -20% at
   // avx512vnni, -20% at avx2, -18% with fp32 activations (`gguf`), -24% over 8-bit weights; then a

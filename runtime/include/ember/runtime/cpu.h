@@ -26,6 +26,7 @@ enum class CpuVendor : int { kOther = 0, kIntel = 1, kAmd = 2 };
 // What the CPU (and the OS, for AVX state) supports. All false (vendor kOther) on non-x86 builds.
 struct CpuFeatures {
   CpuVendor vendor = CpuVendor::kOther;
+  int family = 0;  // CPUID's display family (base + extended): 0x19 Zen 3/4, 0x1A Zen 5, 6 Intel Core/Xeon
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
