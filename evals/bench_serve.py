@@ -251,12 +251,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    from ember.llm.cli_bench import machine
+
+    m = machine()
     runs = run(args)
     single = len(runs) == 1
     summary = None if single else summarize(runs, args.clients)
     if args.json:
-        print(json.dumps(runs[0] if single else {"runs": runs, "summary": summary}, indent=2))
+        print(json.dumps({**runs[0], "machine": m} if single else {"machine": m, "runs": runs, "summary": summary},
+                         indent=2))
     else:
+        print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, ember kernels {m['isa']}")
         for result in runs:
             print(("" if single else f"round {result['round']}: ") + _line(result))
         if summary is not None and len(args.clients) > 1:

@@ -57,8 +57,11 @@ def machine() -> dict[str, Any]:
 
     info = cpu_info()
     features = [name for name, present in info["features"].items() if present]
-    return {"cpu": info["model"] or platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
-            "platform": platform.platform(), "features": features, "isa": info["isa"], "kernels": info["kernels"]}
+    cpu = info["model"] or platform.processor() or platform.machine()
+    if info["family"]:  # a VM's model name can be just "AMD EPYC": the family tells Zen 3/4 (0x19) from Zen 5 (0x1A)
+        cpu = f"{cpu}, family 0x{info['family']:X}"
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "platform": platform.platform(), "features": features,
+            "isa": info["isa"], "kernels": info["kernels"]}
 
 
 def spread(test: str, values: list[float]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def test_bench_serve_reports_a_clean_run() -> None:
     assert 0 < result["ttft_p50_ms"] <= result["ttft_p99_ms"]
     assert result["server_cpu_s"] > 0 and result["client_cpu_s"] >= 0
     assert result["read_gbs"] > 0  # the machine's state before the run
+    assert result["machine"]["cpu"] and result["machine"]["isa"]  # and the machine itself
     # the prompts' tokens the server computed (each request's prompt, less a prefix its session held)
     assert isinstance(result["prefill_tokens"], int) and result["prefill_tokens"] > 0 and result["prefill_s"] > 0
 
@@ -45,6 +46,7 @@ def test_bench_serve_interleaves_client_counts_in_rounds() -> None:
     assert two["ratio_per_round"] == [by[(1, 2)] / by[(1, 1)], by[(2, 2)] / by[(2, 1)]]
     assert two["median_ratio"] == sum(two["ratio_per_round"]) / 2
     assert result["summary"]["1"]["ratio_per_round"] == [1.0, 1.0]
+    assert result["machine"]["logical_cpus"] >= 1
 
 
 def test_bench_serve_refuses_bad_client_counts() -> None:
