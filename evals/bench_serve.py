@@ -1,7 +1,7 @@
 """Load benchmark of `ember serve`: N concurrent streaming clients over loopback.
 
     python evals/bench_serve.py smol.ember [--sessions 4] [--clients 4 | 1,4] [--rounds 1]
-                                [--requests 32] [--max-tokens 64] [--threads 2] [--json]
+                                [--requests 32] [--max-tokens 64] [--threads 2] [--in-process] [--json]
 
 Starts `ember serve FILE` on a free 127.0.0.1 port, then `--clients` clients each send chat
 requests (streamed, greedy, different questions) until `--requests` have been sent in total. The
@@ -10,6 +10,9 @@ generator light enough not to take the cores it measures.
 With several client counts (`--clients 1,4 --rounds 3`), one server runs them in turn round by
 round (interleaved, so that the machine's slow spells hit them alike) and the summary gives each
 count's tok/s as a ratio to the first count's, per round and the median.
+`--in-process` drives the same requests through the sessions of one `ember.load` in this process
+instead (a thread per client, each on its own session, streaming the text pieces; no HTTP, no server):
+the engine's share of a ratio, apart from the serving layer's.
 Reports requests/s, aggregate decode tok/s (generated tokens / wall time of the run), p50 and p99
 time to first token (request sent -> first text chunk), errors (goal: zero), and the CPU time the
 server and the clients spent over the run (on a small machine the clients share its cores with the
@@ -185,9 +188,79 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
     }
 
 
+def _drive_in_process(sessions: list, clients: int, args: argparse.Namespace) -> dict:
+    """`clients` threads, each on its own session of one loaded model, send `args.requests` chat
+    requests in all (streamed, greedy): the run's figures, as _drive's without the server."""
+    counter = iter(range(args.requests))
+    lock = threading.Lock()
+    ttfts: list[float] = []
+    stats: list = []
+    errors: list[str] = []
+
+    def client(session) -> None:
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            try:
+                ids = session.encode_chat([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
+                t0 = time.perf_counter()
+                first = None
+                for piece in session.generate(ids, stream=True, max_new_tokens=args.max_tokens, temperature=0):
+                    if first is None and piece:
+                        first = time.perf_counter() - t0
+                with lock:
+                    ttfts.append(first if first is not None else time.perf_counter() - t0)
+                    stats.append(session.stats)
+            except Exception as error:  # counted and reported, as the server's clients do
+                with lock:
+                    errors.append(str(error))
+
+    probe = read_gbs(args.threads or 2)
+    cpu = time.process_time()
+    threads = [threading.Thread(target=client, args=(sessions[j],)) for j in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    tokens = sum(st.generated_tokens for st in stats)
+    steps = sum(st.decode_steps for st in stats)
+    return {
+        "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
+        "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall, "in_process": True,
+        "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": tokens / wall,
+        "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+        "server_cpu_s": cpu, "client_cpu_s": 0.0,  # one process: the engine and its Python threads
+        "decode_batch_mean": sum(st.decode_batch_mean * st.decode_steps for st in stats) / steps if steps else 0.0,
+        "decode_step_ms": sum(st.decode_ms for st in stats) / steps if steps else 0.0,
+        "prefill_s": sum(st.prefill_ms for st in stats) / 1e3,
+        "prefill_tokens": sum(st.prefill_tokens for st in stats),
+        "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
+    }
+
+
+def _run_in_process(args: argparse.Namespace) -> list[dict]:
+    import ember
+
+    llm = ember.load(args.file, threads=args.threads)
+    sessions = [llm] + [llm.session() for _ in range(args.sessions - 1)]
+    for j, session in enumerate(sessions):  # the warm-up request of each session, untimed
+        session.generate_ids(session.encode_chat([{"role": "user", "content": QUESTIONS[j % len(QUESTIONS)]}]),
+                             max_new_tokens=4, temperature=0)
+    return [{"round": r + 1, **_drive_in_process(sessions, clients, args)}
+            for r in range(args.rounds) for clients in args.clients]
+
+
 def run(args: argparse.Namespace) -> list[dict]:
-    """One server; `args.rounds` rounds, each a run per client count of `args.clients`, in order (the
-    counts interleaved, so that a slow spell of the machine hits them alike). Returns the runs."""
+    """One server (with --in-process: one loaded model); `args.rounds` rounds, each a run per client
+    count of `args.clients`, in order (the counts interleaved, so that a slow spell of the machine hits
+    them alike). Returns the runs."""
+    if args.in_process:
+        return _run_in_process(args)
     server, url = _start_server(args, max(args.clients))
     try:
         _warm_up(url, args.sessions)
@@ -229,8 +302,10 @@ def _line(result: dict) -> str:
             f"{result['requests']} requests of <= {result['max_tokens']} tokens in {result['wall_s']:.1f} s: "
             f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
             f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
-            f"{result['errors']} errors; CPU s: server {result['server_cpu_s']:.1f}, "
-            f"clients {result['client_cpu_s']:.1f}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
+            f"{result['errors']} errors; CPU s: " + (f"process {result['server_cpu_s']:.1f}" if result.get("in_process")
+                                                     else f"server {result['server_cpu_s']:.1f}, clients "
+                                                          f"{result['client_cpu_s']:.1f}") +
+            f"; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
             f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_tokens']} tokens, "
             f"{result['prefill_s']:.1f} s summed over requests; a {PROBE_MIB} MiB read before the run at "
             f"{result['read_gbs']:.1f} GB/s")
@@ -247,10 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=32, help="requests per run (default 32)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--in-process", action="store_true",
+                   help="drive the sessions of one ember.load in this process, a thread per client (no server): "
+                        "the engine's figures without the serving layer; needs --clients <= --sessions")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.in_process and max(args.clients) > args.sessions:
+        p.error(f"--in-process runs each client on its own session: --clients {max(args.clients)} needs --sessions "
+                f">= {max(args.clients)}, got {args.sessions}")
     from ember.llm.cli_bench import machine
 
     m = machine()
@@ -261,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**runs[0], "machine": m} if single else {"machine": m, "runs": runs, "summary": summary},
                          indent=2))
     else:
-        print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, ember kernels {m['isa']}")
+        print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, ember kernels {m['isa']}" +
+              (" (in-process: no server)" if args.in_process else ""))
         for result in runs:
             print(("" if single else f"round {result['round']}: ") + _line(result))
         if summary is not None and len(args.clients) > 1:

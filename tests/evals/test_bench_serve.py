@@ -53,3 +53,27 @@ def test_bench_serve_refuses_bad_client_counts() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--clients",
                            "1,x"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and "client counts separated by commas" in proc.stderr
+
+
+def test_bench_serve_in_process_drives_the_sessions_without_a_server() -> None:
+    requests, max_tokens = 6, 5
+    proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--sessions",
+                           "2", "--clients", "1,2", "--requests", str(requests), "--max-tokens", str(max_tokens),
+                           "--threads", "1", "--in-process", "--json"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert [r["clients"] for r in result["runs"]] == [1, 2]
+    for r in result["runs"]:
+        assert r["in_process"] and r["errors"] == 0 and r["requests_per_s"] > 0
+        assert 0 < r["decode_tokens_per_s"] * r["wall_s"] <= requests * max_tokens + 1e-6
+        assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] and r["prefill_tokens"] > 0
+    # two clients on two sessions share decode steps: batches of more than one session
+    assert result["runs"][0]["decode_batch_mean"] == 1.0 and result["runs"][1]["decode_batch_mean"] > 1.0
+    assert result["summary"]["2"]["median_ratio"] > 0
+
+
+def test_bench_serve_in_process_needs_a_session_per_client() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "evals" / "bench_serve.py"), str(tiny_llm_path()), "--sessions",
+                           "2", "--clients", "4", "--in-process"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "--clients 4 needs --sessions >= 4, got 2" in proc.stderr
