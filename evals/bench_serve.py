@@ -124,6 +124,18 @@ def _stop_server(server: subprocess.Popen) -> None:
         server.kill()
 
 
+def _figures(args: argparse.Namespace, clients: int, wall: float, ttfts: list[float], tokens: int,
+             errors: list[str], probe: float) -> dict:
+    """What every run reports, served or in-process."""
+    return {
+        "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
+        "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
+        "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": tokens / wall,
+        "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+        "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
+    }
+
+
 def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Namespace) -> dict:
     """`clients` concurrent clients (one asyncio loop, one keep-alive connection each) send
     `args.requests` streamed chat requests in all; the run's figures."""
@@ -171,10 +183,7 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
     after = _server_counters(url)
     steps = after["decode_tokens_total"] - before["decode_tokens_total"]
     return {
-        "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
-        "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall,
-        "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": sum(tokens) / wall,
-        "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+        **_figures(args, clients, wall, ttfts, sum(tokens), errors, probe),
         "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
         # Per session decode step (a batched step counts once for each of its sessions).
         "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
@@ -184,7 +193,6 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
         "prefill_s": after["prefill_seconds_total"] - before["prefill_seconds_total"],
         # Prompt tokens computed (a prefix a session already held is not).
         "prefill_tokens": int(after["prefill_tokens_total"] - before["prefill_tokens_total"]),
-        "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
     }
 
 
@@ -230,16 +238,12 @@ def _drive_in_process(sessions: list, clients: int, args: argparse.Namespace) ->
     tokens = sum(st.generated_tokens for st in stats)
     steps = sum(st.decode_steps for st in stats)
     return {
-        "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
-        "max_tokens": args.max_tokens, "threads": args.threads, "wall_s": wall, "in_process": True,
-        "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": tokens / wall,
-        "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
+        **_figures(args, clients, wall, ttfts, tokens, errors, probe), "in_process": True,
         "server_cpu_s": cpu, "client_cpu_s": 0.0,  # one process: the engine and its Python threads
         "decode_batch_mean": sum(st.decode_batch_mean * st.decode_steps for st in stats) / steps if steps else 0.0,
         "decode_step_ms": sum(st.decode_ms for st in stats) / steps if steps else 0.0,
         "prefill_s": sum(st.prefill_ms for st in stats) / 1e3,
         "prefill_tokens": sum(st.prefill_tokens for st in stats),
-        "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
     }
 
 
