@@ -67,7 +67,7 @@ def test_bench_serve_in_process_drives_the_sessions_without_a_server() -> None:
     for r in result["runs"]:
         assert r["in_process"] and r["errors"] == 0 and r["requests_per_s"] > 0
         assert 0 < r["decode_tokens_per_s"] * r["wall_s"] <= requests * max_tokens + 1e-6
-        assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] and r["prefill_tokens"] > 0
+        assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] and r["prefill_tokens"] > 0 and r["process_cpu_s"] > 0
     # the same greedy requests generate the same tokens whether one client runs them or two share the steps
     generated = [round(r["decode_tokens_per_s"] * r["wall_s"]) for r in result["runs"]]
     assert generated[0] == generated[1]
