@@ -314,14 +314,13 @@ def _client_counts(text: str) -> list[int]:
 
 
 def _line(result: dict) -> str:
+    cpu = (f"process {result['process_cpu_s']:.1f}" if result.get("in_process") else
+           f"server {result['server_cpu_s']:.1f}, clients {result['client_cpu_s']:.1f}")
     return (f"{result['clients']} clients, {result['sessions']} sessions, {len(QUESTIONS)} questions, "
             f"{result['requests']} requests of <= {result['max_tokens']} tokens in {result['wall_s']:.1f} s: "
             f"{result['requests_per_s']:.2f} req/s, {result['decode_tokens_per_s']:.1f} tok/s, "
             f"TTFT p50 {result['ttft_p50_ms']:.0f} ms, p99 {result['ttft_p99_ms']:.0f} ms, "
-            f"{result['errors']} errors; CPU s: " + (f"process {result['process_cpu_s']:.1f}" if result.get("in_process")
-                                                     else f"server {result['server_cpu_s']:.1f}, clients "
-                                                          f"{result['client_cpu_s']:.1f}") +
-            f"; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
+            f"{result['errors']} errors; CPU s: {cpu}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
             f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_tokens']} tokens, "
             f"{result['prefill_s']:.1f} s summed over requests; a {PROBE_MIB} MiB read before the run at "
             f"{result['read_gbs']:.1f} GB/s")

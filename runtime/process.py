@@ -21,13 +21,14 @@ def cpu_info() -> dict[str, Any]:
 
     Keys: ``model`` (the CPU's name), ``vendor`` ("intel", "amd" or "other": a few memory-access
     choices of the kernels depend on it), ``family`` (CPUID's display family: 0x19 for AMD Zen 3 and
-    Zen 4, 0x1A for Zen 5, 6 for Intel's cores; 0 off x86), ``features`` (avx2, fma, f16c, avx512f/bw/vl, avx512_vnni,
-    avx512_vbmi, avx_vnni, amx_tile, amx_int8: bool), ``best_isa`` (the highest kernel level this CPU
-    runs), ``isa`` (the level in use: ``EMBER_KERNEL_ISA`` when set, else ``best_isa``), ``isa_error``
-    (why ``EMBER_KERNEL_ISA`` is refused, or None; loading a program then fails with it) and
-    ``kernels`` (each kernel family, e.g. ``"f32.gemv"``, and the level its version uses). At the
-    ``avx512`` level, ``cpu.linear_float_activations`` over 8-bit weights runs a copy that unpacks the
-    codes with VPERMB where ``features["avx512_vbmi"]`` is true (the same results, bit for bit).
+    Zen 4, 0x1A for Zen 5, 6 for Intel's cores; 0 off x86), ``features`` (avx2, fma, f16c,
+    avx512f/bw/vl, avx512_vnni, avx512_vbmi, avx_vnni, amx_tile, amx_int8: bool), ``best_isa`` (the
+    highest kernel level this CPU runs), ``isa`` (the level in use: ``EMBER_KERNEL_ISA`` when set, else
+    ``best_isa``), ``isa_error`` (why ``EMBER_KERNEL_ISA`` is refused, or None; loading a program then
+    fails with it) and ``kernels`` (each kernel family, e.g. ``"f32.gemv"``, and the level its version
+    uses). At the ``avx512`` level, ``cpu.linear_float_activations`` over 8-bit weights runs a copy
+    that unpacks the codes with VPERMB where ``features["avx512_vbmi"]`` is true (the same results, bit
+    for bit).
     """
     return dict(_C.cpu_info())
 
