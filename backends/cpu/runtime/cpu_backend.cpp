@@ -38,6 +38,7 @@ struct Handle {
   Op op = Op::kLinear;
   Act act = Act::kFloat;
   bool coeffs_in_place = false;  // the kernels read the packed scales / offsets directly
+  float zinit_ze = 0.0f;         // the zero point folded into the sums (Coeffs::zinit), or 0: not folded
 };
 
 // fp32 or fp16 scales, no per-group zero point, offsets (if any) of the scale's type.
@@ -45,6 +46,17 @@ bool coeffs_in_place(const PackedWeight& w) {
   const bool scale_ok = w.scale.type == ParamType::kF32 || w.scale.type == ParamType::kF16;
   const bool offset_ok = w.offset.kind != ParamKind::kPerGroup || w.offset.type == w.scale.type;
   return scale_ok && offset_ok && w.zero_point.kind != ParamKind::kPerGroup;
+}
+
+// The ze the kernels may fold into their integer sums under per-token activations (Coeffs::zinit;
+// folds_zero_point's step with in-place coefficients: 4-bit codes, no offset, an integer zero point
+// of a 4-bit code, groups of at most kMaxZinitGroup values), or 0 where they may not.
+float foldable_ze(const PackedWeight& w, bool in_place) {
+  const bool no_offset =
+      w.offset.kind == ParamKind::kNone || (w.offset.kind == ParamKind::kConst && w.offset.constant == 0.0f);
+  const float ze = (w.zero_point.kind == ParamKind::kConst ? w.zero_point.constant : 0.0f) + w.code_shift();
+  const bool integral = ze == std::floor(ze) && ze != 0.0f && std::fabs(ze) <= 16.0f;
+  return in_place && w.bits == 4 && no_offset && w.gs <= kMaxZinitGroup && integral ? ze : 0.0f;
 }
 
 // Block b's coefficients for the kernels: in place, or computed into s / c ([G][16] fp32 each).
@@ -99,6 +111,7 @@ struct Activations {
   std::vector<float> asum;  // [M, G]
   std::vector<float> scale, zp;  // [M] (per token)
   std::vector<float> gscale;  // [M, G] (per group)
+  std::vector<int32_t> zinit;  // [M, G]: -ze * asum, where the kernels fold the zero point (Coeffs::zinit)
 };
 
 using kern::grow;
@@ -272,6 +285,13 @@ Error linear_rows(const Handle& h, const Rows& r) {
   }
   if (int_path) quantize_rows(r.x, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
+  // The zero point folded into the 4-bit int kernels' sums where they can (BlockKernels::int4_zinit).
+  const int32_t* zinit = nullptr;
+  if (per_token && h.zinit_ze != 0.0f && bk.int4_zinit) {
+    grow(act.zinit, M * G);
+    for (int64_t i = 0; i < M * G; ++i) act.zinit[i] = -static_cast<int32_t>(h.zinit_ze * act.asum[i]);
+    zinit = act.zinit.data();
+  }
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
   // 4-bit weights, int8 activations, where the level has the kernels: each tile's activations are
@@ -343,6 +363,7 @@ Error linear_rows(const Handle& h, const Rows& r) {
       if (xq != nullptr) {
         bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, xq, act.asum.data() + m0 * G, ascale, tile);
       } else if (int_path) {
+        co.zinit = zinit != nullptr ? zinit + m0 * G : nullptr;
         ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, ascale, tile);
       } else {
         ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);
@@ -375,7 +396,8 @@ Error linear_rows(const Handle& h, const Rows& r) {
       fetch_coeffs(blk);
       fetch_coeffs(blk + 1);
       Coeffs co0 = block_coefficients(h, blk, cf, cf + G * kRows);
-      const Coeffs co1 = block_coefficients(h, blk + 1, cf + 2 * G * kRows, cf + 3 * G * kRows);
+      Coeffs co1 = block_coefficients(h, blk + 1, cf + 2 * G * kRows, cf + 3 * G * kRows);
+      co0.zinit = co1.zinit = zinit != nullptr ? zinit + m0 * G : nullptr;
       co0.next_block = next;
       co0.next_bytes = next != nullptr ? next_bytes : 0;
       const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
@@ -518,6 +540,7 @@ class CpuBackend final : public Backend {
     if (!w.ok()) return w.error();
     h->w = w.value();
     h->coeffs_in_place = coeffs_in_place(h->w);
+    h->zinit_ze = foldable_ze(h->w, h->coeffs_in_place);
     if (h->op == Op::kEmbedding && h->act != Act::kFloat) {
       return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
     }

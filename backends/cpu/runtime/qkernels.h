@@ -64,6 +64,11 @@ struct Coeffs {
   // flight while the block computes instead of stalling the core on a burst of requests.
   const uint8_t* next_block = nullptr;
   int64_t next_bytes = 0;
+  // Where the caller folds the zero point into the integer sums (see BlockKernels::int4_zinit), or
+  // null: row m's -ze * A of group g at zinit[m * G + g] (exact integers), where the kernels start
+  // that group's int32 sums; the group step is then acc = fma(s, P, acc), the bits of
+  // folds_zero_point's step.
+  const int32_t* zinit = nullptr;
 
   // A share per group of up to kShareWords words (groups of 32: 4 words at 4 bits, 8 at 8), and
   // per kShareWords words of longer groups. Per-channel weights are one group of K / 8 or K / 4
@@ -110,6 +115,12 @@ inline bool folds_zero_point(const Coeffs& co, const float* ascale) {
   return ascale == nullptr && co.offset == nullptr && co.m_const == 0.0f;
 }
 
+// The integer sums a group starts from: -ze * A where the caller passes Coeffs::zinit, else 0.
+// Starting there, P - ze * A comes out of the same exact integers (4-bit codes in groups of up to
+// kMaxZinitGroup values: |P| and |ze * A| stay below 2^24, where every integer is an fp32 value)
+// without the step's multiply, broadcast and subtraction per row and block.
+constexpr int64_t kMaxZinitGroup = 8192;
+
 using IntBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const int8_t* q,
                             int64_t lda, const float* asum, const float* ascale, float* out);
 using FloatBlockFn = void (*)(const uint8_t* codes, int64_t G, int64_t wpg, const Coeffs& co, const float* x,
@@ -154,6 +165,15 @@ struct BlockKernels {
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   IntPairFn int4_pair[kMaxM] = {};  // [MB - 1] for MB >= 2, where a level has them ([0] stays null)
+  // Whether int4 and int4_pair start each group's sums at Coeffs::zinit when the caller sets it
+  // (folded zero points: symmetric 4-bit weights under per-token activations), set by the AVX-512
+  // VNNI level. Its group step was a fifth of a 4-row pair's time with the weights in L2. SmolLM2
+  // `8da4w-kv8` on a 2-core Zen 5 VM, linear calls alternating with it off in blocks of 16 steps of
+  // one process: 4 sessions batched, the 4-row linears -2.2% to -3.0% and the step -2.2% to -2.4%
+  // (three runs; the linears wait on memory too); one session within noise (linears +0.7%, +1.7%,
+  // steps -0.9%, +1.2%); the linears of a 16- and a 64-token prefill -7% to -9% and -9% to -11%.
+  // The gate/up linear with its weights in L2: one row -6%, 4 rows -10% to -13%.
+  bool int4_zinit = false;
   ExpandInt4Fn expand_int4 = nullptr;        // with int4_expanded; null where a level has none
   Int4ExpandedFn int4_expanded[kMaxM] = {};  // [MB - 1]
   FloatBlockFn float4[kMaxM] = {};

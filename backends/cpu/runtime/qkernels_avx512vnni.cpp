@@ -26,7 +26,7 @@ EMBER_AVX512VNNI void int_block_fixed(const uint8_t* codes, int64_t G, int64_t w
   for (int64_t g = 0; g < G; ++g) {
     co.prefetch_group(g, G, wpg);
     __m512i d0[MB], d1[MB];
-    for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
+    for (int m = 0; m < MB; ++m) d0[m] = group_sums_start512(co, m, g, G), d1[m] = _mm512_setzero_si512();
     const uint8_t* gc = co.group_codes(codes, g);
     if (BITS == 4) {
       for (int64_t j = 0; j < wpg; ++j) {
@@ -95,7 +95,7 @@ EMBER_AVX512VNNI void int4_pair_fixed(const uint8_t* codes0, const uint8_t* code
   for (int64_t g = 0; g < G; ++g) {
     co0.prefetch_group(g, G, wpg);
     __m512i d0[MB], d1[MB];
-    for (int m = 0; m < MB; ++m) d0[m] = d1[m] = _mm512_setzero_si512();
+    for (int m = 0; m < MB; ++m) d0[m] = d1[m] = group_sums_start512(co0, m, g, G);  // co1.zinit is co0's
     const uint8_t* g0 = co0.group_codes(codes0, g);
     const uint8_t* g1 = co1.group_codes(codes1, g);
     for (int64_t j = 0; j < wpg; ++j) {
@@ -138,6 +138,7 @@ void add_avx512vnni_block_kernels(BlockKernels& t) {
   t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
   t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
   t.int4_pair[1] = int4_pair<2>, t.int4_pair[2] = int4_pair<3>, t.int4_pair[3] = int4_pair<4>;
+  t.int4_zinit = true;
 }
 #else
 void add_avx512vnni_block_kernels(BlockKernels&) {}

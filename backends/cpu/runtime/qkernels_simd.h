@@ -95,11 +95,22 @@ EMBER_AVX512 inline void group_step512(const Coeffs& co, int64_t g, const __m512
   }
 }
 
-// The int kernels' group step for a block's 16 rows: folded (folds_zero_point) or p scaled by
-// ascale, then group_step512.
+// The int32 sums that row m's group g starts from: its -ze * A where the caller folds the zero
+// point into them (Coeffs::zinit), else zero.
+EMBER_AVX512 inline __m512i group_sums_start512(const Coeffs& co, int64_t m, int64_t g, int64_t G) {
+  return co.zinit != nullptr ? _mm512_set1_epi32(co.zinit[m * G + g]) : _mm512_setzero_si512();
+}
+
+// The int kernels' group step for a block's 16 rows: folded (folds_zero_point; with Coeffs::zinit,
+// p holds P - ze * A already) or p scaled by ascale, then group_step512.
 template <int MB>
 EMBER_AVX512 inline void int_group_step512(const Coeffs& co, int64_t g, __m512 (&p)[MB], const float* ascale,
                                            const float* asum, int64_t G, __m512 (&acc)[MB]) {
+  if (co.zinit != nullptr) {
+    const __m512 sv = params512(co, co.scale, g * co.param_stride);
+    for (int m = 0; m < MB; ++m) acc[m] = _mm512_fmadd_ps(sv, p[m], acc[m]);
+    return;
+  }
   if (folds_zero_point(co, ascale)) {
     const __m512 sv = params512(co, co.scale, g * co.param_stride);
     for (int m = 0; m < MB; ++m)
