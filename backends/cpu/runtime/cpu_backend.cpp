@@ -285,9 +285,10 @@ Error linear_rows(const Handle& h, const Rows& r) {
   }
   if (int_path) quantize_rows(r.x, M, w, per_token, &act);
   else sum_groups(xf, M, w, &act);
-  // The zero point folded into the 4-bit int kernels' sums where they can (BlockKernels::int4_zinit).
+  // The zero point folded into the 4-bit int kernels' sums where they can (BlockKernels::int4_zinit),
+  // over several rows: one row (decode) waits on memory, where it measured within noise.
   const int32_t* zinit = nullptr;
-  if (per_token && h.zinit_ze != 0.0f && bk.int4_zinit) {
+  if (M > 1 && per_token && h.zinit_ze != 0.0f && bk.int4_zinit) {
     grow(act.zinit, M * G);
     for (int64_t i = 0; i < M * G; ++i) act.zinit[i] = -static_cast<int32_t>(h.zinit_ze * act.asum[i]);
     zinit = act.zinit.data();
@@ -360,10 +361,10 @@ Error linear_rows(const Handle& h, const Rows& r) {
       co.next_bytes = next != nullptr ? static_cast<int64_t>(w.block_bytes) : 0;
       const uint8_t* codes = w.block(blk);
       const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
+      co.zinit = zinit != nullptr ? zinit + m0 * G : nullptr;
       if (xq != nullptr) {
         bk.int4_expanded[mb - 1](codes, G, w.words_per_group, co, xq, act.asum.data() + m0 * G, ascale, tile);
       } else if (int_path) {
-        co.zinit = zinit != nullptr ? zinit + m0 * G : nullptr;
         ifn[mb - 1](codes, G, w.words_per_group, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, ascale, tile);
       } else {
         ffn[mb - 1](codes, G, w.words_per_group, co, xf + m0 * K, K, act.asum.data() + m0 * G, tile);

@@ -165,14 +165,17 @@ struct BlockKernels {
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   IntPairFn int4_pair[kMaxM] = {};  // [MB - 1] for MB >= 2, where a level has them ([0] stays null)
-  // Whether int4 and int4_pair start each group's sums at Coeffs::zinit when the caller sets it
-  // (folded zero points: symmetric 4-bit weights under per-token activations), set by the AVX-512
-  // VNNI level. Its group step was a fifth of a 4-row pair's time with the weights in L2. SmolLM2
+  // Whether int4, int4_pair and int4_expanded start each group's sums at Coeffs::zinit when the
+  // caller sets it (folded zero points: symmetric 4-bit weights under per-token activations), from
+  // the AVX2 level up (the portable kernels do not). At AVX-512 VNNI the group step was a fifth of a
+  // 4-row pair's time with the weights in L2. SmolLM2
   // `8da4w-kv8` on a 2-core Zen 5 VM, linear calls alternating with it off in blocks of 16 steps of
   // one process: 4 sessions batched, the 4-row linears -2.2% to -3.0% and the step -2.2% to -2.4%
-  // (three runs; the linears wait on memory too); one session within noise (linears +0.7%, +1.7%,
-  // steps -0.9%, +1.2%); the linears of a 16- and a 64-token prefill -7% to -9% and -9% to -11%.
-  // The gate/up linear with its weights in L2: one row -6%, 4 rows -10% to -13%.
+  // in three runs, 0% in a fourth (the linears wait on memory too); the linears of a 16- and a
+  // 64-token prefill -7% to -9% and -9% to -11%. Held to AVX2: 4 rows -4.7% (step -3.3%), prefill
+  // -7.7% and -8.7%; AVX-512 without VNNI: -0.8%, prefill -2.9%. One row (decode): +0.7% to +2.3%
+  // in four of five runs, within noise, so the caller folds it over several rows only. The gate/up
+  // linear with its weights in L2 (VNNI): one row -6%, 4 rows -10% to -13%.
   bool int4_zinit = false;
   ExpandInt4Fn expand_int4 = nullptr;        // with int4_expanded; null where a level has none
   Int4ExpandedFn int4_expanded[kMaxM] = {};  // [MB - 1]

@@ -73,7 +73,7 @@ EMBER_AVX2_F16C void int4_half(const uint8_t* codes, int64_t G, int64_t wpg_arg,
   for (int64_t g = 0; g < G; ++g) {
     co.prefetch_group(g, G, wpg, h, 2);  // the block runs in two halves: half h takes its shares
     __m256i d[MB];
-    for (int m = 0; m < MB; ++m) d[m] = _mm256_setzero_si256();
+    for (int m = 0; m < MB; ++m) d[m] = group_sums_start256(co, m, g, G);
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
       co.prefetch_word(g, j0, G, wpg, h, 2);
       __m256i p16[MB];
@@ -252,7 +252,7 @@ EMBER_AVX2_F16C void int4_expanded(const uint8_t* codes, int64_t G, int64_t wpg_
   for (int64_t g = 0; g < G; ++g) {
     co.prefetch_group(g, G, wpg);
     __m256i d[2][MB];
-    for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = _mm256_setzero_si256();
+    for (int m = 0; m < MB; ++m) d[0][m] = d[1][m] = group_sums_start256(co, m, g, G);
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
       co.prefetch_word(g, j0, G, wpg);
       __m256i p16[2][MB];
@@ -495,6 +495,7 @@ void add_avx2_block_kernels(BlockKernels& t) {
   t.quantize_token = quantize_token_avx2;
   t.quantize_groups = quantize_groups_avx2;
   t.int4[0] = int4_block<1>, t.int4[1] = int4_block<2>, t.int4[2] = int4_block<3>, t.int4[3] = int4_block<4>;
+  t.int4_zinit = true;  // int4 and int4_expanded
   t.expand_int4 = expand_int4_avx2;
   t.prefetch_next_block = false;  // measured on a Zen 3: see BlockKernels
   t.int4_expanded[0] = int4_expanded_block<1>;

@@ -27,7 +27,7 @@ EMBER_AVX512 void int4_block_fixed(const uint8_t* codes, int64_t G, int64_t wpg_
   for (int64_t g = 0; g < G; ++g) {
     co.prefetch_group(g, G, wpg);
     __m512i d[MB];
-    for (int m = 0; m < MB; ++m) d[m] = _mm512_setzero_si512();
+    for (int m = 0; m < MB; ++m) d[m] = group_sums_start512(co, m, g, G);
     for (int64_t j0 = 0; j0 < wpg; j0 += 4) {
       __m512i p16[MB];
       for (int m = 0; m < MB; ++m) p16[m] = _mm512_setzero_si512();

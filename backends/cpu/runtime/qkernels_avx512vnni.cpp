@@ -138,7 +138,6 @@ void add_avx512vnni_block_kernels(BlockKernels& t) {
   t.int4[0] = int_block<4, 1>, t.int4[1] = int_block<4, 2>, t.int4[2] = int_block<4, 3>, t.int4[3] = int_block<4, 4>;
   t.int8[0] = int_block<8, 1>, t.int8[1] = int_block<8, 2>, t.int8[2] = int_block<8, 3>, t.int8[3] = int_block<8, 4>;
   t.int4_pair[1] = int4_pair<2>, t.int4_pair[2] = int4_pair<3>, t.int4_pair[3] = int4_pair<4>;
-  t.int4_zinit = true;
 }
 #else
 void add_avx512vnni_block_kernels(BlockKernels&) {}

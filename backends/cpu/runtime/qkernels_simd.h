@@ -54,11 +54,22 @@ EMBER_AVX2_F16C inline void scale_by_group256(__m256 (&p)[MB], const float* asca
   for (int m = 0; m < MB; ++m) p[m] = _mm256_mul_ps(p[m], _mm256_broadcast_ss(ascale + m * G + g));
 }
 
-// The int kernels' group step for 8 rows: folded (folds_zero_point) or p scaled by ascale, then
-// group_step256.
+// The int32 sums that row m's group g starts from (8 lanes): its -ze * A where the caller folds the
+// zero point into them (Coeffs::zinit), else zero.
+EMBER_AVX2_F16C inline __m256i group_sums_start256(const Coeffs& co, int64_t m, int64_t g, int64_t G) {
+  return co.zinit != nullptr ? _mm256_set1_epi32(co.zinit[m * G + g]) : _mm256_setzero_si256();
+}
+
+// The int kernels' group step for 8 rows: folded (folds_zero_point; with Coeffs::zinit, p holds
+// P - ze * A already) or p scaled by ascale, then group_step256.
 template <int MB>
 EMBER_AVX2_F16C inline void int_group_step256(const Coeffs& co, int64_t g, int row0, __m256 (&p)[MB],
                                               const float* ascale, const float* asum, int64_t G, __m256 (&acc)[MB]) {
+  if (co.zinit != nullptr) {
+    const __m256 sv = params256(co, co.scale, g * co.param_stride + row0);
+    for (int m = 0; m < MB; ++m) acc[m] = _mm256_fmadd_ps(sv, p[m], acc[m]);
+    return;
+  }
   if (folds_zero_point(co, ascale)) {
     const __m256 sv = params256(co, co.scale, g * co.param_stride + row0);
     for (int m = 0; m < MB; ++m)
