@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runners.tiny_llm import tiny_llm_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +48,10 @@ def test_bench_serve_interleaves_client_counts_in_rounds() -> None:
     assert two["ratio_per_round"] == [by[(1, 2)] / by[(1, 1)], by[(2, 2)] / by[(2, 1)]]
     assert two["median_ratio"] == sum(two["ratio_per_round"]) / 2
     assert result["summary"]["1"]["ratio_per_round"] == [1.0, 1.0]
+    # the same ratio for the decode steps alone: mean batch / step time, round by round
+    rate = {(r["round"], r["clients"]): r["decode_batch_mean"] / r["decode_step_ms"] for r in result["runs"]}
+    assert two["step_ratio_per_round"] == pytest.approx([rate[(1, 2)] / rate[(1, 1)], rate[(2, 2)] / rate[(2, 1)]])
+    assert two["median_step_ratio"] == pytest.approx(sum(two["step_ratio_per_round"]) / 2)
     assert result["machine"]["logical_cpus"] >= 1
 
 
