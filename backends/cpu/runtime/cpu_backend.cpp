@@ -38,7 +38,7 @@ struct Handle {
   Op op = Op::kLinear;
   Act act = Act::kFloat;
   bool coeffs_in_place = false;  // the kernels read the packed scales / offsets directly
-  float zinit_ze = 0.0f;         // the zero point folded into the sums (Coeffs::zinit), or 0: not folded
+  float foldable_ze = 0.0f;      // the zero point folded into the sums (Coeffs::zinit), or 0: not folded
 };
 
 // fp32 or fp16 scales, no per-group zero point, offsets (if any) of the scale's type.
@@ -288,9 +288,9 @@ Error linear_rows(const Handle& h, const Rows& r) {
   // The zero point folded into the 4-bit int kernels' sums where they can (BlockKernels::int4_zinit),
   // over several rows: one row (decode) waits on memory, where it measured within noise.
   const int32_t* zinit = nullptr;
-  if (M > 1 && per_token && h.zinit_ze != 0.0f && bk.int4_zinit) {
+  if (M > 1 && per_token && h.foldable_ze != 0.0f && bk.int4_zinit) {
     grow(act.zinit, M * G);
-    for (int64_t i = 0; i < M * G; ++i) act.zinit[i] = -static_cast<int32_t>(h.zinit_ze * act.asum[i]);
+    for (int64_t i = 0; i < M * G; ++i) act.zinit[i] = -static_cast<int32_t>(h.foldable_ze * act.asum[i]);
     zinit = act.zinit.data();
   }
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
@@ -541,7 +541,7 @@ class CpuBackend final : public Backend {
     if (!w.ok()) return w.error();
     h->w = w.value();
     h->coeffs_in_place = coeffs_in_place(h->w);
-    h->zinit_ze = foldable_ze(h->w, h->coeffs_in_place);
+    h->foldable_ze = foldable_ze(h->w, h->coeffs_in_place);
     if (h->op == Op::kEmbedding && h->act != Act::kFloat) {
       return CPU_ERROR(kInvalidProgram, "an embedding takes no act_quant compile spec");
     }

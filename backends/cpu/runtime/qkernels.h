@@ -117,7 +117,7 @@ inline bool folds_zero_point(const Coeffs& co, const float* ascale) {
 
 // The integer sums a group starts from: -ze * A where the caller passes Coeffs::zinit, else 0.
 // Starting there, P - ze * A comes out of the same exact integers (4-bit codes in groups of up to
-// kMaxZinitGroup values: |P| and |ze * A| stay below 2^24, where every integer is an fp32 value)
+// kMaxZinitGroup values: |P| and |ze * A| stay within 2^24, where every integer is an fp32 value)
 // without the step's multiply, broadcast and subtraction per row and block.
 constexpr int64_t kMaxZinitGroup = 8192;
 
