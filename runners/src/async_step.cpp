@@ -79,6 +79,48 @@ void* AsyncStep::thread_main(void* self) {
   return nullptr;
 }
 
+// The helper's chain as the decoder's (TextDecoder::Chain): after each step, on whichever thread
+// ran it, advance and queue the outcome exactly as the helper would, so the next step starts at
+// once without the helper waking; when the owner has no room for the outcome, or no longer allows
+// advancing, it leaves the step to the helper (which then waits as before).
+class AsyncStep::Links final : public TextDecoder::Chain {
+ public:
+  explicit Links(AsyncStep* a) : a_(a) {}
+
+  bool next(Result<const float*>* step, int64_t* token, int64_t* pos) override {
+    std::unique_lock<std::mutex> lk(a_->mu_);
+    if (a_->count_ >= a_->depth_ || !a_->may_advance_ || !a_->advance_) return false;
+    lk.unlock();
+    Outcome out;
+    out.step = std::move(*step);
+    if (!a_->advance_(&out.step, &out.result)) {  // it took nothing: the helper decides
+      *step = std::move(out.step);
+      return false;
+    }
+    out.advanced = true;
+    lk.lock();
+    if (!a_->may_advance_) out.result.launch = false;  // as in loop()
+    const bool again = out.result.launch;
+    if (again) {
+      *token = out.result.next_token;
+      *pos = out.result.next_pos;
+    } else {
+      a_->running_ = false;
+      ended = true;
+    }
+    a_->ring_[(a_->head_ + a_->count_) % a_->ring_.size()] = std::move(out);
+    ++a_->count_;
+    lk.unlock();
+    a_->cv_.notify_all();
+    return again;
+  }
+
+  bool ended = false;  // the chain ended here, its last outcome queued
+
+ private:
+  AsyncStep* a_;
+};
+
 void AsyncStep::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
@@ -89,10 +131,13 @@ void AsyncStep::loop() {
     running_ = true;
     lk.unlock();
     // Steps back to back while advance asks for the next one and the owner keeps up (at most
-    // depth_ outcomes waiting for it).
+    // depth_ outcomes waiting for it): each taken on by the step's own thread (Links) where it
+    // can, else here.
     for (bool again = true; again;) {
+      Links links(this);
       Outcome out;
-      out.step = decoder_->step(&token, 1, pos);
+      out.step = decoder_->step(&token, 1, pos, &links);
+      if (links.ended) break;
       lk.lock();
       cv_.wait(lk, [&] { return count_ < depth_ || !may_advance_; });
       const bool advance = may_advance_ && advance_;

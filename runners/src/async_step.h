@@ -7,7 +7,10 @@
 // After each step the helper runs the owner's `advance` (accept the step, sample the next
 // token, decide whether to go on) and, when it says so, starts the next step itself: the
 // generation runs up to `depth` tokens ahead of its owner, whose wait() takes the outcomes in
-// order. So a caller busy for a while (its thread waiting for the GIL, say) holds up neither its
+// order. The steps are chained (TextDecoder::Chain): with a StepBatcher, the thread that ran a
+// batch runs `advance` for it and queues the next step at once, while the helper stays parked in
+// the step, so batched sessions go from one step to the next without their helpers waking; the
+// helper takes over when the owner falls `depth` outcomes behind or stops advancing. So a caller busy for a while (its thread waiting for the GIL, say) holds up neither its
 // own generation nor a batch. The tokens and the state are the same as with every step run by
 // the owner; only who runs `advance`, and when, differs.
 //
@@ -75,6 +78,7 @@ class AsyncStep {
   bool poll(Outcome* out);
 
  private:
+  class Links;
   static void* thread_main(void* self);
   void loop();
   // Under mu_, with an outcome queued: takes the oldest.

@@ -60,13 +60,19 @@ bool StepBatcher::next_job(Clock::time_point now, std::vector<Request*>* job, Cl
   return true;
 }
 
-Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
+Error StepBatcher::run(Method* method, bool decode, size_t* batch_size, Chain* chain) {
   if (batch_size != nullptr) *batch_size = 1;
-  if (!enabled_) return method->execute();
+  if (!enabled_) {
+    for (;;) {
+      Error e = method->execute();
+      if (chain == nullptr || !chain->next(e, 1)) return e;
+    }
+  }
   Request req;
   req.method = method;
   req.decode = decode;
   req.threads = ThreadCap::current();
+  req.chain = chain;
   std::unique_lock<std::mutex> lk(mu_);
   if (queue_.empty()) first_arrival_ = Clock::now();
   queue_.push_back(&req);
@@ -100,15 +106,30 @@ Error StepBatcher::run(Method* method, bool decode, size_t* batch_size) {
       for (size_t i = 0; i < job_.size(); ++i) job_[i]->error = errors_[i];
     }
     const Clock::duration took = Clock::now() - t0;
+    // The chains, outside the lock: a step whose chain binds the next one goes back in the queue
+    // (behind whatever queued meanwhile) without its caller waking.
+    for (Request* r : job_) r->again = r->chain != nullptr && r->chain->next(r->error, job_.size());
     lk.lock();
+    bool finished = false;
     for (Request* r : job_) {
       r->batch = job_.size();
-      r->done = true;
+      if (r->again) {
+        r->error = Error::ok();
+        r->decode = true;
+        if (queue_.empty()) first_arrival_ = Clock::now();
+        queue_.push_back(r);
+      } else {
+        r->done = true;
+        finished = true;
+      }
     }
     last_batch_time_ = took;
     last_batch_end_ = Clock::now();
     busy_ = false;
-    cv_.notify_all();
+    // Waking the waiting callers only pays when a step is done: its caller takes the result, and
+    // when it is this thread's own, another caller runs the queue. Otherwise (every step chained
+    // on) this thread runs the next job itself, and the others would wake only to find it busy.
+    if (finished) cv_.notify_all();
   }
   if (batch_size != nullptr) *batch_size = req.batch;
   return req.error;

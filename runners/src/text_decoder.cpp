@@ -89,6 +89,44 @@ Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t
   return last_logits();
 }
 
+// A Chain as the batcher's (StepBatcher::Chain): binds each step the chain asks for.
+class TextDecoder::BatcherChain final : public StepBatcher::Chain {
+ public:
+  BatcherChain(TextDecoder* decoder, TextDecoder::Chain* chain) : decoder_(decoder), chain_(chain) {}
+
+  bool next(const Error& step, size_t batch) override {
+    decoder_->last_batch_ = batch;
+    last_ = step ? Result<const float*>(step) : decoder_->last_logits();
+    int64_t pos = 0;
+    if (!chain_->next(&last_, &decoder_->chain_token_, &pos)) return false;
+    Error e = decoder_->bind(&decoder_->chain_token_, 1, pos);
+    if (!e) return true;
+    last_ = std::move(e);  // the chain's next step fails its checks: step() returns why
+    return false;
+  }
+  // What step() returns: the last step's result, as the chain left it, or a bind failure.
+  Result<const float*> last_{static_cast<const float*>(nullptr)};
+
+ private:
+  TextDecoder* decoder_;
+  TextDecoder::Chain* chain_;
+};
+
+Result<const float*> TextDecoder::step(const int64_t* tokens, int64_t n, int64_t pos, Chain* chain) {
+  if (chain == nullptr) return step(tokens, n, pos);
+  EMBER_TRY(bind(tokens, n, pos));
+  last_batch_ = 1;
+  ThreadCap cap(threads_);
+  BatcherChain links(this, chain);
+  if (batcher_ != nullptr) {
+    (void)batcher_->run(method_.get(), n == 1, nullptr, &links);  // every step's result reaches links
+  } else {
+    while (links.next(method_->execute(), 1)) {
+    }
+  }
+  return std::move(links.last_);
+}
+
 Error TextDecoder::step_batch(TextDecoder* const* decoders, size_t n, const int64_t* const* tokens,
                               const int64_t* counts, const int64_t* positions, const float** logits) {
   std::vector<Method*> methods(n);

@@ -15,6 +15,10 @@
 //
 // A step runs under its caller's ThreadCap; a batched one under the cap that allows the most
 // threads among its steps (ThreadCap::merge).
+// A step may carry a Chain: whichever thread ran it calls the chain right after (the caller
+// stays parked in run()), and when the chain binds another single-token step, that step goes back
+// in the queue at once, so a generation's steps follow each other without its own thread waking
+// between them (4 sessions: ~0.2 ms of wake-ups, waits and re-queueing per batched step otherwise).
 // EMBER_BATCH_DECODE=0 turns batching off: run() then executes each step at once, in the
 // caller's thread, concurrently with the other sessions (the behaviour before batching).
 // All methods are thread-safe.
@@ -38,6 +42,19 @@ class StepBatcher {
  public:
   static constexpr size_t kDefaultMaxBatch = 8;
 
+  // What follows a chained step (run()'s `chain`). next() runs on the thread that executed the
+  // step, outside the batcher's lock, while run()'s caller waits: `step` is the step's result and
+  // `batch` how many steps shared its execution. Returns true when it has bound the method's
+  // inputs for a next single-token step, which then runs as part of the same run() call; false
+  // ends the chain (run() returns that step's result). It must not block or call run().
+  class Chain {
+   public:
+    virtual bool next(const Error& step, size_t batch) = 0;
+
+   protected:
+    ~Chain() = default;
+  };
+
   explicit StepBatcher(size_t max_batch = kDefaultMaxBatch);
   StepBatcher(const StepBatcher&) = delete;
   StepBatcher& operator=(const StepBatcher&) = delete;
@@ -45,8 +62,9 @@ class StepBatcher {
   // Executes `method` (its inputs bound; owned by the caller, who must not touch it until this
   // returns). `decode`: a single-token step (the batch waits for those of active sessions).
   // Returns the method's result; `batch_size`, when given, receives how many steps shared the
-  // execution (1: alone).
-  Error run(Method* method, bool decode, size_t* batch_size = nullptr);
+  // execution (1: alone). With `chain`: the steps that chain->next() binds run too, and the result
+  // and batch size are those of the last one (the one after which next() returned false).
+  Error run(Method* method, bool decode, size_t* batch_size = nullptr, Chain* chain = nullptr);
 
   // A session starts / stops generating: decode batches wait for the sessions in between.
   void enter();
@@ -64,6 +82,8 @@ class StepBatcher {
     int threads = 0;  // the caller's ThreadCap
     bool decode = false;
     bool done = false;
+    Chain* chain = nullptr;
+    bool again = false;  // its chain bound another step (set by the thread that ran it)
   };
   using Clock = std::chrono::steady_clock;
 

@@ -39,6 +39,23 @@ class TextDecoder {
   // Fails with kInvalidArgument naming the offending value; a kernel failure is returned as is.
   Result<const float*> step(const int64_t* tokens, int64_t n, int64_t pos);
 
+  // What follows each step of a chain (step() with a Chain): next() gets the step's result
+  // (logits valid until the next step) and returns true with the next single token and its
+  // position, to run it at once, or false to end the chain. With a batcher it runs on whichever
+  // thread executed the step (StepBatcher::Chain), while step()'s caller waits; it must not block,
+  // and it may consume *step (move from it) only when it returns true or has taken the result.
+  class Chain {
+   public:
+    virtual bool next(Result<const float*>* step, int64_t* token, int64_t* pos) = 0;
+
+   protected:
+    ~Chain() = default;
+  };
+  // step(), then the steps `chain` asks for, each as soon as the previous one is done: returns the
+  // result of the last (the one after which next() returned false), or the error of a next step
+  // that fails its checks.
+  Result<const float*> step(const int64_t* tokens, int64_t n, int64_t pos, Chain* chain);
+
   // One step of each of `n` decoders of one program in one batched execution
   // (Method::execute_batch, one pass over the weights): decoders[i] takes the counts[i] tokens at
   // tokens[i] (1: a decode step; more: a prefill chunk of at most max_seq_len) from position
@@ -78,6 +95,7 @@ class TextDecoder {
   std::shared_ptr<Program> shared_program() const { return program_; }
 
  private:
+  class BatcherChain;
   TextDecoder() = default;
   // step() in parts: checks and binds the inputs, then reads the last position's logits.
   Error bind(const int64_t* tokens, int64_t n, int64_t pos);
@@ -90,6 +108,7 @@ class TextDecoder {
   int threads_ = 0;  // set_threads: 0 = no cap
   LlmInfo info_;
   int64_t pos_buf_[1] = {0};
+  int64_t chain_token_ = 0;  // the bound token of a chained step
   std::vector<float> converted_;  // [vocab] when logits are not float32
 };
 
