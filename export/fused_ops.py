@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["rotary_embedding", "swiglu"]
+__all__ = ["add_rms_norm", "rotary_embedding", "swiglu"]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -48,3 +48,19 @@ def swiglu(x: torch.Tensor) -> torch.Tensor:
 @swiglu.register_fake
 def _(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+@torch.library.custom_op("ember::add_rms_norm", mutates_args=())
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+                 eps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h = x + residual`` and ``rms_norm(h, [D], weight, eps)`` in one op: a pre-norm block's residual
+    add and the next norm (fp32 x and residual of one shape [..., D]; weight [D] or None; eps None:
+    fp32's machine epsilon, as aten::rms_norm). Returns (h, the normalized h)."""
+    h = x + residual
+    return h, torch.rms_norm(h, [h.shape[-1]], weight, eps)
+
+
+@add_rms_norm.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None,
+      eps: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)

@@ -57,6 +57,7 @@ def _load_builtin_passes() -> None:
         fuse_sibling_linears,
         fuse_sibling_quantized_linears,
         fuse_rms_norm,
+        fuse_add_rms_norm,  # after fuse_rms_norm, whose norms it takes
         fuse_rotary,
         fuse_swiglu,
         select_to_view,

@@ -1,7 +1,9 @@
 // Fused ops the lowering passes create from decomposed HF code (export/passes/fuse_*.py):
 //   ember::rotary_embedding(x, cos, sin) = x * cos + rotate_half(x) * sin
 //   ember::swiglu(x)                     = silu(x[..., :n/2]) * x[..., n/2:]
+//   ember::add_rms_norm(x, r, w, eps)    = (h = x + r, rms_norm(h, [D], w, eps))
 // Each replaces a chain of small kernels per layer in decode. Any float dtype; math in fp32.
+#include <cfloat>
 #include <vector>
 
 #include "gemm.h"
@@ -108,9 +110,51 @@ Error swiglu_k(KernelContext&, KernelArgs a) {
   return Error::ok();
 }
 
+// add_rms_norm(x, residual, weight?, eps?) -> (h, y): h = x + residual, y = rms_norm(h, [D],
+// weight, eps) (eps None: fp32's machine epsilon), row by row in one pass: the bits of aten::add
+// and aten::rms_norm one after the other. fp32 x and residual of one shape [..., D] (what
+// fuse_add_rms_norm matches); weight fp32 [D] or None.
+Error add_rms_norm_k(KernelContext&, KernelArgs a) {
+  Tensor *x = nullptr, *r = nullptr, *w = nullptr, *h = nullptr, *y = nullptr;
+  double eps = 0;
+  bool has_eps = false;
+  EMBER_TRY(arg_tensor(a, 0, &x, "x"));
+  EMBER_TRY(arg_tensor(a, 1, &r, "residual"));
+  EMBER_TRY(arg_opt_tensor(a, 2, &w, "weight"));
+  EMBER_TRY(arg_opt_double(a, 3, &eps, &has_eps, "eps"));
+  EMBER_TRY(arg_tensor(a, a.n - 2, &h, "sum"));
+  EMBER_TRY(arg_tensor(a, a.n - 1, &y, "out"));
+  char b1[96], b2[96];
+  const bool f32 = x->dtype == DType::kFloat32 && r->dtype == DType::kFloat32 && h->dtype == DType::kFloat32 &&
+                   y->dtype == DType::kFloat32 && (w == nullptr || w->dtype == DType::kFloat32);
+  EMBER_CHECK_ARG(f32, "add_rms_norm: x, residual, weight and outputs must be float32, got x %s, residual %s",
+                  dtype_name(x->dtype), dtype_name(r->dtype));
+  EMBER_CHECK_ARG(x->dim >= 1 && same_shape(*x, *r), "add_rms_norm: x %s and residual %s must have one shape",
+                  x->describe(b1, sizeof b1), r->describe(b2, sizeof b2));
+  const int64_t D = x->sizes[x->dim - 1];
+  EMBER_CHECK_ARG(w == nullptr || w->numel() == D, "add_rms_norm: weight has %" PRId64 " elements, expected %" PRId64,
+                  w ? w->numel() : 0, D);
+  if (!has_eps) eps = FLT_EPSILON;
+  EMBER_TRY(h->resize(x->sizes, x->dim));
+  EMBER_TRY(y->resize(x->sizes, x->dim));
+  const int64_t rows = D == 0 ? 0 : x->numel() / D;
+  const float *xp = x->ptr<float>(), *rp = r->ptr<float>(), *wp = w ? w->ptr<float>() : nullptr;
+  float *hp = h->ptr<float>(), *yp = y->ptr<float>();
+  const float e = static_cast<float>(eps);
+  parallel_rows(rows, D, [&](int64_t rb, int64_t re) {
+    for (int64_t m = rb; m < re; ++m) {
+      float* hr = hp + m * D;
+      for (int64_t i = 0; i < D; ++i) hr[i] = xp[m * D + i] + rp[m * D + i];
+      rms_norm_row_f32(hr, wp, D, e, yp + m * D);
+    }
+  });
+  return Error::ok();
+}
+
 }  // namespace
 
 void register_fused_kernels(KernelRegistry& r) {
+  r.add("ember::add_rms_norm.default", KernelDef{add_rms_norm_k, 4, 2, false});
   r.add("ember::rotary_embedding.default", KernelDef{rotary_embedding_k, 3, 1, false});
   r.add("ember::swiglu.default", KernelDef{swiglu_k, 1, 1, false});
 }

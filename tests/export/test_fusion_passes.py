@@ -1,4 +1,4 @@
-"""The fusion passes (RMSNorm, rotary embedding, SwiGLU) on small modules written the way HF
+"""The fusion passes (RMSNorm, residual add + RMSNorm, rotary embedding, SwiGLU) on small modules written the way HF
 writes them: the chain becomes one op, and the program still equals eager PyTorch. The fused
 ops' C++ kernels are also checked directly against their eager reference implementations."""
 
@@ -13,7 +13,7 @@ from torch.export import Dim
 from ember.export import LoweringConfig, fused_ops, lower
 from tests.helpers import assert_close, export, to_ember
 
-FUSIONS = frozenset({"fuse_rms_norm", "fuse_rotary", "fuse_swiglu"})
+FUSIONS = frozenset({"fuse_rms_norm", "fuse_add_rms_norm", "fuse_rotary", "fuse_swiglu"})
 
 
 def _ops(ep: torch.export.ExportedProgram, **kw: object) -> dict[str, int]:
@@ -57,6 +57,74 @@ def test_fuse_rms_norm(tmp_path: Path) -> None:
         assert_close(out, m(x), rtol=1e-2, atol=1e-2)  # bf16 rounding in the last term
         (out_a,) = to_ember(export(_First(m), (x,)), tmp_path).run("forward", x)
         assert_close(out_a, _First(m)(x), rtol=1e-5, atol=1e-5)
+
+
+class PreNorm(torch.nn.Module):
+    """Two pre-norm residual steps as HF's decoder layers write them: the residual stream h is
+    normalized for a sublayer and read again by the next residual add (and returned)."""
+
+    def __init__(self, d: int = 24) -> None:
+        super().__init__()
+        self.w1, self.w2 = torch.nn.Parameter(torch.randn(d)), torch.nn.Parameter(torch.randn(d))
+        self.sub = torch.nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + r
+        h2 = h + self.sub(self.w1 * RMSNorms._norm(h, 1e-6))
+        return h2, self.w2 * RMSNorms._norm(h2, 1e-5)
+
+
+def test_fuse_add_rms_norm(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    m = PreNorm().eval()
+    x, r = torch.randn(2, 3, 24), torch.randn(2, 3, 24)
+    ep = export(m, (x, r), ({1: Dim("t", min=1, max=8)}, {1: Dim("t", min=1, max=8)}))
+    fused = _ops(ep)
+    assert fused.get("ember::add_rms_norm.default") == 2 and "aten::rms_norm.default" not in fused, fused
+    skip = LoweringConfig(skip_passes=frozenset({"fuse_add_rms_norm"}))
+    assert _ops(ep, config=skip).get("aten::rms_norm.default") == 2
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "unfused").mkdir()
+    prog = to_ember(ep, tmp_path / "fused")
+    unfused = to_ember(ep, tmp_path / "unfused", config=skip)
+    for t in (1, 5, 8):
+        x, r = torch.randn(2, t, 24), torch.randn(2, t, 24)
+        outs = prog.run("forward", x, r)
+        for out, want in zip(outs, m(x, r)):
+            assert_close(out, want, rtol=1e-5, atol=1e-5)
+        # the same bits as the add and the norm one after the other
+        for out, alone in zip(outs, unfused.run("forward", x, r)):
+            assert torch.equal(torch.as_tensor(out), torch.as_tensor(alone))
+
+
+class _CallAddRmsNorm(torch.nn.Module):
+    def __init__(self, weight: bool, eps: float | None) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16)) if weight else None
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return fused_ops.add_rms_norm(x, r, self.w, self.eps)
+
+
+@pytest.mark.parametrize("weight,eps", [(True, 1e-5), (False, None)])
+def test_add_rms_norm_kernel(weight: bool, eps: float | None, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    m = _CallAddRmsNorm(weight, eps)
+    x, r = torch.randn(3, 7, 16) * 3, torch.randn(3, 7, 16)
+    outs = to_ember(export(m, (x, r)), tmp_path).run("forward", x, r)
+    for out, want in zip(outs, m(x, r)):
+        assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_add_rms_norm_kernel_rejects_bad_shapes(tmp_path: Path) -> None:
+    import ember.runtime
+
+    x = torch.randn(2, 16)
+    dims = ({0: Dim("n", min=1, max=4)}, {0: Dim("m", min=1, max=4)})
+    prog = to_ember(export(_CallAddRmsNorm(True, 1e-5), (x, torch.randn(3, 16)), dims), tmp_path)
+    with pytest.raises(ember.runtime.InvalidArgumentError, match="must have one shape"):
+        prog.run("forward", torch.randn(3, 16), x)
 
 
 class _First(torch.nn.Module):
