@@ -58,6 +58,8 @@ int max_num_threads() {
 namespace {
 
 thread_local bool t_in_parallel = false;
+thread_local void (*t_idle_fn)(void*) = nullptr;  // set_idle_work
+thread_local void* t_idle_ctx = nullptr;
 thread_local int t_thread_cap = 0;  // ThreadCap: 0 = none
 
 // EMBER_PROFILE's synchronization totals (nanoseconds), see PoolProfile.
@@ -140,6 +142,11 @@ class Pool {
     t_in_parallel = false;
     const bool profiling = g_profiling.load(std::memory_order_relaxed);
     const uint64_t waited_from = profiling ? now_ns() : 0;
+    if (t_idle_fn != nullptr && pending_.load(std::memory_order_acquire) != 0) {
+      void (*idle)(void*) = t_idle_fn;
+      t_idle_fn = nullptr;
+      idle(t_idle_ctx);
+    }
     while (pending_.load(std::memory_order_acquire) != 0) EMBER_PAUSE();
     if (profiling) {
       g_wait_ns.fetch_add(now_ns() - waited_from, std::memory_order_relaxed);
@@ -277,6 +284,11 @@ int get_num_threads() { return pool().threads(); }
 ThreadCap::ThreadCap(int n) : previous_(t_thread_cap) { t_thread_cap = std::max(0, n); }
 ThreadCap::~ThreadCap() { t_thread_cap = previous_; }
 int ThreadCap::current() { return t_thread_cap; }
+
+void set_idle_work(void (*fn)(void*), void* ctx) {
+  t_idle_fn = fn;
+  t_idle_ctx = ctx;
+}
 
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn) {
   if (n <= 0) return;

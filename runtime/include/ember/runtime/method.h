@@ -83,6 +83,7 @@ class Method {
   Method();
   struct Instr;
   struct DelegateInstance;
+  struct Lookahead;
   Error load(std::shared_ptr<Program> program, uint32_t index, std::shared_ptr<ProgramState> session_state);
   // Walks the instructions in order (method_verify.cpp): every tensor read must be produced
   // before it is read, and no kernel may write arena bytes it also reads. `storage` holds the

@@ -80,6 +80,12 @@ void set_pool_profiling(bool on);
 // Totals since the process started (only loops run while profiling was on count).
 PoolProfile pool_profile();
 
+// Work for the calling thread's wait at the end of its next parallel loop that the workers have
+// not finished yet: fn(ctx) runs once there (on this thread, before it waits for them), then the
+// hook is cleared; set_idle_work(nullptr, nullptr) drops one that never ran. Per thread. For
+// what only pays in such waits (asking for the lines the caller reads next).
+void set_idle_work(void (*fn)(void*), void* ctx);
+
 // Runs fn(begin, end) over chunks of [0, n). `grain` is the smallest chunk worth a thread.
 void parallel_for_impl(int64_t n, int64_t grain, RangeFn fn);
 
