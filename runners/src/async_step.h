@@ -10,8 +10,9 @@
 // order. The steps are chained (TextDecoder::Chain): with a StepBatcher, the thread that ran a
 // batch runs `advance` for it and queues the next step at once, while the helper stays parked in
 // the step, so batched sessions go from one step to the next without their helpers waking; the
-// helper takes over when the owner falls `depth` outcomes behind or stops advancing. So a caller busy for a while (its thread waiting for the GIL, say) holds up neither its
-// own generation nor a batch. The tokens and the state are the same as with every step run by
+// helper takes over when the owner falls `depth` outcomes behind or stops advancing. So a caller
+// busy for a while (its thread waiting for the GIL, say) holds up neither its own generation nor
+// a batch. The tokens and the state are the same as with every step run by
 // the owner; only who runs `advance`, and when, differs.
 //
 // The helper thread starts on the first launch() and lives until the AsyncStep is destroyed.
