@@ -2,7 +2,8 @@
 //   ember::rotary_embedding(x, cos, sin) = x * cos + rotate_half(x) * sin
 //   ember::swiglu(x)                     = silu(x[..., :n/2]) * x[..., n/2:]
 //   ember::add_rms_norm(x, r, w, eps)    = (h = x + r, rms_norm(h, [D], w, eps))
-// Each replaces a chain of small kernels per layer in decode. Any float dtype; math in fp32.
+// Each replaces a chain of small kernels per layer in decode. Any float dtype (add_rms_norm: fp32);
+// math in fp32.
 #include <cfloat>
 #include <vector>
 

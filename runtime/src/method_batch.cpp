@@ -55,7 +55,7 @@ void Method::run_segment(Method* lead, size_t k, int64_t n, bool uneven, F& segm
 // the calling thread waits for the workers at the end of that call (set_idle_work): the weights
 // streamed through the cache since the last step have evicted them, and the stretch runs on one
 // thread. SmolLM2 `8da4w-kv8`, 4 sessions batched on a 2-core Zen 5 VM, steps alternating in blocks
-// of 16 in one process: 0.992x-1.005x (8 runs, mean 0.993x) against 1.000x-1.032x for the same
+// of 16 in one process: 0.976x-1.005x (8 runs, mean 0.993x) against 1.000x-1.032x for the same
 // harness with the lookahead a no-op (6 runs, mean 1.012x): about -1.5% per step.
 struct Method::Lookahead {
   std::vector<Method*>* live;
