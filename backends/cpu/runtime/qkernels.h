@@ -42,6 +42,16 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+// Asks for the cache line at p in a state this core may write (PREFETCHW; a NOP on x86 CPUs
+// without it), so that a store to it later does not wait for another core to give it up.
+inline void prefetch_for_write(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1, 3);
+#endif
+}
+
 // One block's coefficients, read by the kernels group by group: s = scale[g][r] and
 // c = m - s * ze, with m = offset[g][r] (or m_const when offset is null). The packed scales and
 // offsets are read in place when the format allows (fp32 or fp16 scales, a constant zero point,
