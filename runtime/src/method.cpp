@@ -198,7 +198,6 @@ Error Method::load(std::shared_ptr<Program> program, uint32_t index, std::shared
             t.data = nullptr;
             t.capacity = 0;
             for (uint32_t d = 0; d < rank; ++d) t.sizes[d] = 0;
-            if (ft->storage() == fb::Storage::Alias) alias_values_.push_back(i);
             break;
           default:
             return Error::make(ErrorCode::kInvalidProgram, "value %u: unknown storage kind %d", i,
@@ -479,14 +478,15 @@ Error Method::begin_execution() {
   for (size_t i = 0; i < inputs_.size(); ++i) {
     EMBER_CHECK_ARG(input_bound_[i], "input %zu of '%s' was not set", i, name_.c_str());
   }
-  // No pointer survives from the last execution: views are bound again by their producers,
-  // and inputs must be set again before the next one (the caller's memory may be gone).
-  for (uint32_t v : alias_values_) {
-    Tensor& t = values_[v].tensor;
-    t.data = nullptr;
-    t.capacity = 0;
-    for (int d = 0; d < t.dim; ++d) t.sizes[d] = 0;
-  }
+  // Inputs must be set again before the next execution (the caller's memory may be gone). Views
+  // keep last execution's pointers: their producers bind them again before anything reads them
+  // (verify_dataflow proves it at load). Clearing them here cost a batched step its metadata
+  // lines: the calling thread wrote every session's views, and the thread running a session's
+  // stretch then took each line back to bind them (Tensor::resize). 4 SmolLM2 sessions batched
+  // on a 2-core Zen 5 VM whose vCPUs were at times far apart (a line's round trip ~375 ns
+  // against ~90 ns at others), steps alternating with and without in blocks of 16 in one process:
+  // far apart 0.959x-0.979x per step (16 runs), near 1.014x-1.020x (5 runs), where the harness's A/A (its
+  // later positions in the second block) gave 1.004x-1.023x.
   std::fill(input_bound_.begin(), input_bound_.end(), false);
   return Error::ok();
 }

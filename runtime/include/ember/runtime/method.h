@@ -117,7 +117,6 @@ class Method {
   std::vector<TensorSpec> input_specs_;
   std::vector<EValue*> outputs_;
   std::vector<TensorSpec> output_specs_;
-  std::vector<uint32_t> alias_values_;              // values with Alias storage (reset every execute)
   std::vector<Instr> instrs_;
   std::vector<std::string> op_names_;
   std::vector<DelegateInstance> delegates_;
