@@ -251,14 +251,22 @@ class Pool {
   bool start_failed_ = false;  // guarded by call_mu_
   mutable std::mutex error_mu_;
   Error error_;
-  std::atomic<uint64_t> generation_{0};
+  // What the waiting workers read, one cache line: the job and the generation they spin on.
+  alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
   // The open job's (chunk count << 32) | next chunk index; count 0 (closed): every claim fails.
   // Failed claims per job are bounded by the thread count, far from carrying into the count.
-  std::atomic<uint64_t> next_{0};
-  std::atomic<int64_t> pending_{0};
+  // Claims and completions each on a line of their own, apart from the line the workers spin on:
+  // in one line, the caller publishing a job and claiming its chunk, and a worker finishing one,
+  // traded that line with the spinning threads at each write. Two threads, loops of two ~0.55 us
+  // chunks (a scratch program, 2-core Zen 5 VM): per loop 1.31-1.88 us (mean 1.60) against
+  // 1.58-1.92 (mean 1.86) while its vCPUs were far apart (a line's round trip ~390 ns; 10 runs),
+  // 0.76-0.88 us either way while near (~87 ns).
+  alignas(64) std::atomic<uint64_t> next_{0};
+  alignas(64) std::atomic<int64_t> pending_{0};
+  char pad_[64 - sizeof(std::atomic<int64_t>)] = {};
 };
 
 Pool& pool() {
