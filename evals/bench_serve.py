@@ -16,8 +16,9 @@ the engine's share of a ratio, apart from the serving layer's.
 Reports requests/s, aggregate decode tok/s (generated tokens / wall time of the run), p50 and p99
 time to first token (request sent -> first text chunk), errors (goal: zero), and the CPU time the
 server and the clients spent over the run (on a small machine the clients share its cores with the
-server), and the machine's state before each run (a 90 MiB read, machine_state.py: a shared VM's slow
-phases move the ratios). Not a test: figures depend on the machine; run it on an idle one. Needs the
+server), and the machine's state (machine_state.py): a 90 MiB read before each run and a cache line's
+round trip between two CPUs before and after it (a shared VM's slow phases, and its vCPUs moving
+apart, move the ratios). Not a test: figures depend on the machine; run it on an idle one. Needs the
 serve extra, httpx, psutil and numpy.
 """
 
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import psutil
-from machine_state import PROBE_MIB, read_gbs
+from machine_state import PROBE_MIB, describe_trip, read_gbs, trip_ns
 from sse_client import SSEConnection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +138,7 @@ def _stop_server(server: subprocess.Popen) -> None:
 
 
 def _figures(args: argparse.Namespace, clients: int, wall: float, ttfts: list[float], tokens: int,
-             errors: list[str], probe: float) -> dict:
+             errors: list[str], probe: float, trips: tuple[float | None, float | None]) -> dict:
     """What every run reports, served or in-process."""
     return {
         "file": args.file, "sessions": args.sessions, "clients": clients, "requests": args.requests,
@@ -145,6 +146,7 @@ def _figures(args: argparse.Namespace, clients: int, wall: float, ttfts: list[fl
         "requests_per_s": len(ttfts) / wall, "decode_tokens_per_s": tokens / wall,
         "ttft_p50_ms": 1e3 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1e3 * _percentile(ttfts, 0.99),
         "errors": len(errors), "first_errors": errors[:3], "read_gbs": probe,
+        "core_trip_ns": {"start": trips[0], "end": trips[1]},
     }
 
 
@@ -185,6 +187,7 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
         await asyncio.gather(*(client() for _ in range(clients)))
 
     probe = read_gbs(args.threads or 2)  # the machine's state for this run (machine_state.py)
+    trip_start = trip_ns()
     server_cpu, client_cpu = _cpu_seconds(psutil.Process(server.pid)), time.process_time()
     before = _server_counters(url)
     start = time.perf_counter()
@@ -192,10 +195,11 @@ def _drive(url: str, server: subprocess.Popen, clients: int, args: argparse.Name
     wall = time.perf_counter() - start
     server_cpu = _cpu_seconds(psutil.Process(server.pid)) - server_cpu
     client_cpu = time.process_time() - client_cpu
+    trips = (trip_start, trip_ns())
     after = _server_counters(url)
     steps = after["decode_tokens_total"] - before["decode_tokens_total"]
     return {
-        **_figures(args, clients, wall, ttfts, sum(tokens), errors, probe),
+        **_figures(args, clients, wall, ttfts, sum(tokens), errors, probe, trips),
         "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
         # Per session decode step (a batched step counts once for each of its sessions).
         "decode_batch_mean": (after["decode_batch_sum"] - before["decode_batch_sum"]) / steps if steps else 0.0,
@@ -238,6 +242,7 @@ def _drive_in_process(sessions: list, clients: int, args: argparse.Namespace) ->
                     errors.append(str(error))
 
     probe = read_gbs(args.threads or 2)
+    trip_start = trip_ns()
     cpu = time.process_time()
     threads = [threading.Thread(target=client, args=(sessions[j],)) for j in range(clients)]
     start = time.perf_counter()
@@ -247,10 +252,11 @@ def _drive_in_process(sessions: list, clients: int, args: argparse.Namespace) ->
         t.join()
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu
+    trips = (trip_start, trip_ns())
     tokens = sum(st.generated_tokens for st in stats)
     steps = sum(st.decode_steps for st in stats)
     return {
-        **_figures(args, clients, wall, ttfts, tokens, errors, probe), "in_process": True,
+        **_figures(args, clients, wall, ttfts, tokens, errors, probe, trips), "in_process": True,
         "process_cpu_s": cpu,  # one process: the engine and its Python threads
         "decode_batch_mean": sum(st.decode_batch_mean * st.decode_steps for st in stats) / steps if steps else 0.0,
         "decode_step_ms": sum(st.decode_ms for st in stats) / steps if steps else 0.0,
@@ -334,7 +340,14 @@ def _line(result: dict) -> str:
             f"{result['errors']} errors; CPU s: {cpu}; decode steps: mean batch {result['decode_batch_mean']:.2f}, "
             f"{result['decode_step_ms']:.1f} ms each as a session saw it; prefill {result['prefill_tokens']} tokens, "
             f"{result['prefill_s']:.1f} s summed over requests; a {PROBE_MIB} MiB read before the run at "
-            f"{result['read_gbs']:.1f} GB/s")
+            f"{result['read_gbs']:.1f} GB/s; {_trips(result['core_trip_ns'])}")
+
+
+def _trips(trips: dict) -> str:
+    """The CPUs' distance before and after a run (machine_state.trip_ns)."""
+    if trips["start"] is None:
+        return describe_trip(None)
+    return f"{describe_trip(trips['start'])} before the run, {trips['end']:.0f} after"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,13 @@
 """How fast a shared machine is while a benchmark runs: a streaming read of a 90 MiB buffer (about a
-4-bit SmolLM2's weights) by the benchmark's threads, taken at the start and at the end of a run.
+4-bit SmolLM2's weights) by the benchmark's threads, taken at the start and at the end of a run, and
+how far apart its first two CPUs are (a cache line's round trip between two pinned threads,
+ember.runtime.core_round_trip_ns).
+
+On the 2-core Zen 5 VM the round trip was ~90 ns at some minutes and ~375 ns at others, switching
+every few seconds to minutes as the hypervisor moved the vCPUs: one session's decode step did not
+change, while 4 batched sessions' step (whose threads hand activations, outputs and job lines to each
+other hundreds of times per step) took ~15-25% longer far apart, and `bench_serve.py`'s 4-vs-1
+ratio fell from ~2.5-2.7x to ~2.1-2.3x.
 
 On the 2-core Intel Xeon VM the same read gave ~47 GB/s in its normal phase and 8-13 GB/s in its slow
 ones, and every ratio these benchmarks report moved with it (serving 4 vs 1 clients, late vs early
@@ -19,6 +27,21 @@ PROBE_MIB = 90
 def read_gbs(threads: int) -> float:
     """GB/s of the best of 10 reads of PROBE_MIB MiB by `threads` threads."""
     return bandwidth_gbs(threads, PROBE_MIB, repeats=10)
+
+
+def trip_ns() -> float | None:
+    """A cache line's round trip between this process's first two CPUs, in ns (None with one CPU)."""
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        return None
+    import ember.runtime
+
+    return ember.runtime.core_round_trip_ns()
+
+
+def describe_trip(ns: float | None) -> str:
+    return "one CPU" if ns is None else f"a line's round trip between two CPUs {ns:.0f} ns"
 
 
 def describe(start: float, end: float) -> str:
@@ -50,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         gbs = read_gbs(args.threads)
         threads = f"{args.threads} thread{'s' * (args.threads != 1)}"
-        print(f"{time.strftime('%H:%M:%S')} a {PROBE_MIB} MiB read by {threads}: {gbs:.1f} GB/s", flush=True)
+        print(f"{time.strftime('%H:%M:%S')} a {PROBE_MIB} MiB read by {threads}: {gbs:.1f} GB/s; "
+              f"{describe_trip(trip_ns())}", flush=True)
         if args.wait_for is None:
             return 0
         if gbs >= args.wait_for:

@@ -25,8 +25,8 @@ _LAZY = {
     "Program": "ember.runtime.program",
     "load": "ember.runtime.program",
     **{name: "ember.runtime.process" for name in (
-        "backend_ids", "cpu_info", "get_memory_limit", "get_num_threads", "kernel_names", "max_num_threads",
-        "set_memory_limit", "set_num_threads")},
+        "backend_ids", "core_round_trip_ns", "cpu_info", "get_memory_limit", "get_num_threads", "kernel_names",
+        "max_num_threads", "set_memory_limit", "set_num_threads")},
 }
 __getattr__ = lazy_attributes(__name__, _LAZY)
 
@@ -41,6 +41,7 @@ __all__ = [
     "OutOfMemoryError",
     "Program",
     "backend_ids",
+    "core_round_trip_ns",
     "cpu_info",
     "get_memory_limit",
     "get_num_threads",

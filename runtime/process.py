@@ -33,6 +33,34 @@ def cpu_info() -> dict[str, Any]:
     return dict(_C.cpu_info())
 
 
+def core_round_trip_ns(cpu_a: int | None = None, cpu_b: int | None = None, trips: int = 20000) -> float:
+    """How far apart two CPUs are: nanoseconds for a cache line to go from one to the other and back.
+
+    Two threads, pinned to ``cpu_a`` and ``cpu_b`` (by default the first two CPUs this process may
+    run on), hand one cache line back and forth ``trips`` times; the best of three batches. On a
+    shared VM the result moves when the hypervisor moves the vCPUs (one 2-vCPU machine gave ~90 ns
+    and ~375 ns at different minutes), and so do batched decode and every other multi-threaded step
+    that hands data between threads: benchmarks print it beside their figures
+    (``evals/machine_state.py``). Takes a few milliseconds (``trips`` x the round trip x 3). Raises
+    InvalidArgumentError for CPUs this process may not use, one CPU twice, or fewer than two CPUs;
+    NotSupportedError off Linux.
+    """
+    import os
+
+    if isinstance(trips, bool) or not isinstance(trips, numbers.Integral) or not 1 <= trips <= 10_000_000:
+        raise InvalidArgumentError(f"trips must be an int in [1, 10000000], got {trips!r}")
+    if cpu_a is None or cpu_b is None:
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(allowed) < 2:
+            raise InvalidArgumentError(f"core_round_trip_ns needs two CPUs; this process may run on {allowed}")
+        cpu_a = allowed[0] if cpu_a is None else cpu_a
+        cpu_b = next(c for c in allowed if c != cpu_a) if cpu_b is None else cpu_b
+    for name, cpu in (("cpu_a", cpu_a), ("cpu_b", cpu_b)):
+        if isinstance(cpu, bool) or not isinstance(cpu, numbers.Integral):
+            raise InvalidArgumentError(f"{name} must be a CPU number (int), got {cpu!r}")
+    return float(_C.core_round_trip_ns(int(cpu_a), int(cpu_b), int(trips)))
+
+
 def backend_ids() -> list[str]:
     return list(_C.backend_ids())
 

@@ -15,6 +15,7 @@
 
 #include "ember/runtime/kernel.h"
 #include "ember/runtime/method.h"
+#include "ember/runtime/core_probe.h"
 #include "ember/runtime/cpu.h"
 #include "ember/runtime/memory_limit.h"
 #include "ember/runtime/program.h"
@@ -263,6 +264,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_memory_limit", [](uint64_t bytes) { set_memory_limit(bytes); });
   m.def("get_memory_limit", &memory_limit);
   m.def("physical_core_count", &physical_core_count);
+  m.def(
+      "core_round_trip_ns",
+      [](int cpu_a, int cpu_b, int trips) {
+        double ns = 0;
+        Error err;
+        {
+          py::gil_scoped_release nogil;  // spins for milliseconds
+          err = core_round_trip_ns(cpu_a, cpu_b, trips, &ns);
+        }
+        if (err) raise(err);
+        return ns;
+      },
+      py::arg("cpu_a"), py::arg("cpu_b"), py::arg("trips"));
   m.def("cpu_info", [] {
     const CpuFeatures& f = cpu_features();
     py::dict features(py::arg("avx2") = f.avx2, py::arg("fma") = f.fma, py::arg("f16c") = f.f16c,

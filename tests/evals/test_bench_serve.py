@@ -4,6 +4,7 @@ streaming clients and reports its figures (JSON) with no errors, then stops the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ def test_bench_serve_reports_a_clean_run() -> None:
     assert 0 < result["ttft_p50_ms"] <= result["ttft_p99_ms"]
     assert result["server_cpu_s"] > 0 and result["client_cpu_s"] >= 0
     assert result["read_gbs"] > 0  # the machine's state before the run
+    trips = result["core_trip_ns"]  # and how far apart its CPUs were, before and after
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert trips["start"] > 0 and trips["end"] > 0
+    else:
+        assert trips == {"start": None, "end": None}
     assert result["machine"]["cpu"] and result["machine"]["isa"]  # and the machine itself
     # the prompts' tokens the server computed (each request's prompt, less a prefix its session held)
     assert isinstance(result["prefill_tokens"], int) and result["prefill_tokens"] > 0 and result["prefill_s"] > 0

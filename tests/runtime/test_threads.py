@@ -115,3 +115,30 @@ def test_set_num_threads_returns_the_count_in_effect() -> None:
     finally:
         ember.runtime.set_num_threads(before)
 
+
+
+def test_core_round_trip_is_measured_between_two_cpus_and_refuses_bad_ones() -> None:
+    import os
+
+    import ember.runtime as rt
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        with pytest.raises(rt.InvalidArgumentError, match="needs two CPUs"):
+            rt.core_round_trip_ns()
+        return
+    ns = rt.core_round_trip_ns(trips=2000)
+    assert 1 < ns < 1e6  # a line's round trip: tens to thousands of ns, never zero
+    assert rt.core_round_trip_ns(cpus[1], cpus[0], trips=100) > 0
+    before = os.sched_getaffinity(0)
+    with pytest.raises(rt.InvalidArgumentError, match="must differ"):
+        rt.core_round_trip_ns(cpus[0], cpus[0])
+    with pytest.raises(rt.InvalidArgumentError, match="may run on"):
+        rt.core_round_trip_ns(cpus[0], 1023)
+    with pytest.raises(rt.InvalidArgumentError, match=r"\[0, 1024\)"):
+        rt.core_round_trip_ns(-1, cpus[0])
+    with pytest.raises(rt.InvalidArgumentError, match="trips"):
+        rt.core_round_trip_ns(trips=0)
+    with pytest.raises(rt.InvalidArgumentError, match="CPU number"):
+        rt.core_round_trip_ns("0", cpus[1])
+    assert os.sched_getaffinity(0) == before  # the calling thread's CPUs are given back
