@@ -80,6 +80,13 @@ inline uint64_t now_ns() {
 constexpr int kPauseSpins = 2000;
 constexpr int kYieldSpins = 8000;
 
+// The pool's job between loops: never called (a worker runs a job's function only after claiming one
+// of its chunks).
+struct NoRange {
+  void operator()(int64_t, int64_t) const {}
+};
+NoRange no_range_;
+
 class Pool {
  public:
   ~Pool() { stop_workers(); }
@@ -128,7 +135,7 @@ class Pool {
     // fails; checked against a separate count it could have read the new job's larger one and run
     // a chunk twice (more threads than 2, consecutive loops of different chunk counts).
     next_.store(0, std::memory_order_relaxed);
-    fn_ = &fn;
+    fn_ = fn;
     n_ = n;
     pending_.store(chunks, std::memory_order_relaxed);
     next_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
@@ -152,7 +159,6 @@ class Pool {
       g_wait_ns.fetch_add(now_ns() - waited_from, std::memory_order_relaxed);
       g_loops.fetch_add(1, std::memory_order_relaxed);
     }
-    fn_ = nullptr;
   }
 
  private:
@@ -163,7 +169,7 @@ class Pool {
       if (c >= chunks) return;
       // A valid claim: the job cannot finish (and be replaced) before this chunk is done.
       const int64_t b = n_ * c / chunks, e = n_ * (c + 1) / chunks;
-      (*fn_)(b, e);
+      fn_(b, e);
       pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
@@ -251,10 +257,14 @@ class Pool {
   bool start_failed_ = false;  // guarded by call_mu_
   mutable std::mutex error_mu_;
   Error error_;
-  // What the waiting workers read, one cache line: the job and the generation they spin on.
+  // What the waiting workers read, one cache line: the job and the generation they spin on. The
+  // job's RangeFn is copied here (two pointers) rather than pointed to on the caller's stack: a
+  // worker then reaches the callable one cache miss sooner (each a trip to the caller's core). The
+  // loop of two ~0.55 us chunks below: 1.21-1.45 us against 1.14-2.01 (mostly ~1.8) far apart (7
+  // runs), 0.69-0.88 against 0.74-0.91 near.
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
-  RangeFn* fn_ = nullptr;
+  RangeFn fn_{no_range_};
   int64_t n_ = 0;
   // The open job's (chunk count << 32) | next chunk index; count 0 (closed): every claim fails.
   // Failed claims per job are bounded by the thread count, far from carrying into the count.
