@@ -16,7 +16,7 @@ namespace ember {
 namespace {
 
 struct alignas(64) PingPong {
-  std::atomic<int64_t> turn{0};  // even: the caller's move, odd: the partner's; -1: stop
+  std::atomic<int64_t> turn{0};  // odd: the partner's move, even: the caller's
   int cpu = 0;
   int64_t moves = 0;  // the partner's moves per batch
   int batches = 0;
