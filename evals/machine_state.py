@@ -33,8 +33,8 @@ def trip_ns() -> float | None:
     """A cache line's round trip between this process's first two CPUs, in ns (None with one CPU)."""
     import os
 
-    if len(os.sched_getaffinity(0)) < 2:
-        return None
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        return None  # one CPU, or a platform that cannot pin threads (the probe is Linux only)
     import ember.runtime
 
     return ember.runtime.core_round_trip_ns()

@@ -85,7 +85,7 @@ constexpr int kYieldSpins = 8000;
 struct NoRange {
   void operator()(int64_t, int64_t) const {}
 };
-NoRange no_range_;
+NoRange g_no_range;
 
 class Pool {
  public:
@@ -266,7 +266,7 @@ class Pool {
   // far 0.986x-1.005x (6 runs), near 0.979x-0.997x (3 runs), within that harness's noise.
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
-  RangeFn fn_{no_range_};
+  RangeFn fn_{g_no_range};
   int64_t n_ = 0;
   // The open job's (chunk count << 32) | next chunk index; count 0 (closed): every claim fails.
   // Failed claims per job are bounded by the thread count, far from carrying into the count.
