@@ -41,9 +41,10 @@ def core_round_trip_ns(cpu_a: int | None = None, cpu_b: int | None = None, trips
     shared VM the result moves when the hypervisor moves the vCPUs (one 2-vCPU machine gave ~90 ns
     and ~375 ns at different minutes), and so do batched decode and every other multi-threaded step
     that hands data between threads: benchmarks print it beside their figures
-    (``evals/machine_state.py``). Takes a few milliseconds (``trips`` x the round trip x 3). Raises
-    InvalidArgumentError for CPUs this process may not use, one CPU twice, or fewer than two CPUs;
-    NotSupportedError off Linux.
+    (``evals/machine_state.py``). Takes a few milliseconds (``trips`` x the round trip x 3; each
+    batch stops after ~30 ms on a busy machine). Raises InvalidArgumentError for CPUs this process may
+    not use, one CPU twice, or fewer than two CPUs; NotSupportedError off Linux; EmberIOError when
+    the second thread gets no time on its CPU for a second.
     """
     import os
 

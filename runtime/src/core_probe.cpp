@@ -15,11 +15,16 @@ namespace ember {
 #ifdef __linux__
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// A batch stops early past this (a busy machine: each hand-off may wait for the partner's CPU), and
+// the probe gives up when one hand-off takes longer than kGiveUp.
+constexpr auto kBatchBudget = std::chrono::milliseconds(30);
+constexpr auto kGiveUp = std::chrono::seconds(1);
+
 struct alignas(64) PingPong {
-  std::atomic<int64_t> turn{0};  // odd: the partner's move, even: the caller's
+  std::atomic<int64_t> turn{0};  // odd: the partner's move, even: the caller's; negative: stop
   int cpu = 0;
-  int64_t moves = 0;  // the partner's moves per batch
-  int batches = 0;
 };
 
 void* partner_main(void* arg) {
@@ -27,16 +32,14 @@ void* partner_main(void* arg) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(p.cpu, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // checked by the caller's allowed set
-  int64_t expect = 1;
-  for (int b = 0; b < p.batches; ++b) {
-    for (int64_t i = 0; i < p.moves; ++i, expect += 2) {
-      while (p.turn.load(std::memory_order_acquire) != expect) {
-      }
-      p.turn.store(expect + 1, std::memory_order_release);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // the caller checked that it may
+  for (;;) {
+    int64_t t;
+    while ((t = p.turn.load(std::memory_order_acquire)) >= 0 && (t & 1) == 0) {
     }
+    if (t < 0) return nullptr;
+    p.turn.store(t + 1, std::memory_order_release);
   }
-  return nullptr;
 }
 
 }  // namespace
@@ -57,8 +60,6 @@ Error core_round_trip_ns(int cpu_a, int cpu_b, int trips, double* ns) {
   pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
   PingPong p;
   p.cpu = cpu_b;
-  p.moves = trips;
-  p.batches = 3;
   pthread_t partner;
   if (pthread_create(&partner, nullptr, &partner_main, &p) != 0) {
     return Error::make(ErrorCode::kOutOfMemory, "core_round_trip_ns: cannot start the second thread");
@@ -67,20 +68,39 @@ Error core_round_trip_ns(int cpu_a, int cpu_b, int trips, double* ns) {
   CPU_ZERO(&mine);
   CPU_SET(cpu_a, &mine);
   pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
-  double best = 0;
+  double best = -1;
+  bool gave_up = false;
   int64_t turn = 0;
-  for (int b = 0; b < p.batches; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < trips; ++i, turn += 2) {
+  for (int batch = 0; batch < 3 && !gave_up; ++batch) {
+    const Clock::time_point t0 = Clock::now();
+    int done = 0;
+    while (done < trips) {
       p.turn.store(turn + 1, std::memory_order_release);
-      while (p.turn.load(std::memory_order_acquire) != turn + 2) {
+      const Clock::time_point sent = (done & 63) == 0 ? Clock::now() : t0;
+      for (int spins = 0; p.turn.load(std::memory_order_acquire) != turn + 2; ++spins) {
+        if ((spins & 0xffff) == 0xffff && Clock::now() - sent > kGiveUp) {
+          gave_up = true;
+          break;
+        }
       }
+      if (gave_up) break;
+      turn += 2;
+      ++done;
+      if ((done & 63) == 0 && Clock::now() - t0 > kBatchBudget) break;
     }
-    const double t = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / trips;
-    best = b == 0 ? t : std::min(best, t);
+    if (done > 0 && !gave_up) {
+      const double t = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / done;
+      best = best < 0 ? t : std::min(best, t);
+    }
   }
+  p.turn.store(-1, std::memory_order_release);
   pthread_join(partner, nullptr);
   pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+  if (gave_up) {
+    return Error::make(ErrorCode::kIO,
+                       "core_round_trip_ns: CPU %d did not answer within 1 s (is it kept busy by other work?)",
+                       cpu_b);
+  }
   *ns = best;
   return Error::ok();
 }

@@ -130,6 +130,7 @@ def test_core_round_trip_is_measured_between_two_cpus_and_refuses_bad_ones() -> 
     ns = rt.core_round_trip_ns(trips=2000)
     assert 1 < ns < 1e6  # a line's round trip: tens to thousands of ns, never zero
     assert rt.core_round_trip_ns(cpus[1], cpus[0], trips=100) > 0
+    assert rt.core_round_trip_ns(trips=10_000_000) > 0  # each batch stops after ~30 ms instead
     before = os.sched_getaffinity(0)
     with pytest.raises(rt.InvalidArgumentError, match="must differ"):
         rt.core_round_trip_ns(cpus[0], cpus[0])

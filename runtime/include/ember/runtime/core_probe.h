@@ -16,11 +16,13 @@
 namespace ember {
 
 // Two threads, one pinned to cpu_a (the calling thread) and one to cpu_b (started here), hand
-// one cache line back and forth `trips` times; *ns receives the mean time of a round trip, in
-// nanoseconds (the best of three batches of `trips`). Errors (nothing written to *ns):
+// one cache line back and forth up to `trips` times per batch; *ns receives the mean time of a
+// round trip, in nanoseconds (the best of three batches; a batch ends early after ~30 ms, so a busy
+// machine bounds the probe's time rather than its trips). Errors (nothing written to *ns):
 // kInvalidArgument when a CPU is outside [0, 1024) or not one this process may run on, when
 // cpu_a == cpu_b, or when trips is outside [1, 10,000,000]; kNotSupported off Linux;
-// kOutOfMemory when the second thread cannot be started.
+// kOutOfMemory when the second thread cannot be started; kIO when one round trip takes longer
+// than 1 s (the OS does not run the second thread on cpu_b).
 Error core_round_trip_ns(int cpu_a, int cpu_b, int trips, double* ns);
 
 }  // namespace ember
