@@ -431,10 +431,11 @@ Error linear_rows(const Handle& h, const Rows& r) {
       }
       return;
     }
-    // Over several rows, 4-bit int blocks go in pairs where the level has the kernel (each
-    // activation word broadcast once for 32 weight rows). SmolLM2 `8da4w-kv8` on a 2-core Intel
-    // Xeon VM (VNNI), steps alternating in one process with single blocks: batched decode of 2
-    // sessions -2.7%, 3 -2.1%, 4 -0.4% to -2.2% (four runs); a 128-token prefill -1%.
+    // From BlockKernels::pair_min_rows rows on, 4-bit int blocks go in pairs where the level has the
+    // kernel (each activation word broadcast once for 32 weight rows). SmolLM2 `8da4w-kv8` on a
+    // 2-core Intel Xeon VM (VNNI), steps alternating in one process with single blocks: batched
+    // decode of 2 sessions -2.7%, 3 -2.1%, 4 -0.4% to -2.2% (four runs); a 128-token prefill -1%. On
+    // a Zen 5 single blocks win up to 16 rows (figures at pair_min_rows).
     if (row_tiles && r1 - r0 >= kRowTile) {  // 16-row tiles first; the loops below take the rows left
       const int64_t tiled_end = r0 + (r1 - r0) / kRowTile * kRowTile;
       bk.tiles_begin();
@@ -442,7 +443,8 @@ Error linear_rows(const Handle& h, const Rows& r) {
       bk.tiles_end();
       r0 = tiled_end;
     }
-    const bool pairs = int_path && w.bits == 4 && r1 - r0 >= 2 && bk.int4_pair[kMaxM - 1] != nullptr;
+    const bool pairs =
+        int_path && w.bits == 4 && r1 - r0 >= 2 && M >= bk.pair_min_rows && bk.int4_pair[kMaxM - 1] != nullptr;
     // The range's first block (a pair's two) at once: no kernel asked for it while another computed.
     // Zen 5 VM, SmolLM2 `8da4w-kv8`, calls alternating in one process: 4 sessions' 4-row linears -0.2% to
     // -4.2% (six runs, -2% on average), one session's -0.7% to -0.9% (three runs), a 16- and a 64-token

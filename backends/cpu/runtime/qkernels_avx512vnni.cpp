@@ -149,10 +149,12 @@ void add_avx512vnni_block_kernels(BlockKernels& t) {
   // prefill's linears -2.7% and -0.2%; with the weights in L2 (nothing to wait for) +1.5%. One row
   // (decode) asked per word lost 18% to 42% there (a share's bounds cost two divisions; without them,
   // no change). Not measured on Intel, whose 128-token prefill ran 6% slower with per-word calls
-  // in the single-block kernels (Coeffs::prefetch_group).
+  // in the single-block kernels (Coeffs::prefetch_group). Since, single blocks won over these pairs
+  // up to 16 rows there (BlockKernels::pair_min_rows).
   const CpuFeatures& f = cpu_features();
   if (f.vendor == CpuVendor::kAmd && f.family >= 0x1A) {
     t.int4_pair[1] = int4_pair<2, true>, t.int4_pair[2] = int4_pair<3, true>, t.int4_pair[3] = int4_pair<4, true>;
+    t.pair_min_rows = 17;  // single blocks up to 16 rows: see BlockKernels::pair_min_rows
   } else {
     t.int4_pair[1] = int4_pair<2, false>, t.int4_pair[2] = int4_pair<3, false>, t.int4_pair[3] = int4_pair<4, false>;
   }
