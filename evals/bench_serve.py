@@ -9,7 +9,8 @@ clients share one asyncio loop and keep their connections alive (evals/sse_clien
 generator light enough not to take the cores it measures.
 With several client counts (`--clients 1,4 --rounds 3`), one server runs them in turn round by
 round (interleaved, so that the machine's slow spells hit them alike) and the summary gives each
-count's tok/s as a ratio to the first count's, per round and the median.
+count's tok/s as a ratio to the first count's, per round and the median, and the rounds grouped by how far
+apart the CPUs were through them (machine_state.distance).
 `--in-process` drives the same requests through the sessions of one `ember.load` in this process
 instead (a thread per client, each on its own session, streaming the text pieces; no HTTP, no server):
 the engine's share of a ratio, apart from the serving layer's.
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx
 import psutil
-from machine_state import PROBE_MIB, describe_trip, read_gbs, trip_ns
+from machine_state import FAR_NS, NEAR_NS, PROBE_MIB, describe_trip, distance, read_gbs, trip_ns
 from sse_client import SSEConnection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,10 +301,17 @@ def _step_rate(run: dict) -> float:
     return 1e3 * run["decode_batch_mean"] / run["decode_step_ms"] if run["decode_step_ms"] > 0 else 0.0
 
 
+def _round_distance(*runs: dict) -> str:
+    """How far apart the CPUs were through a round's runs (machine_state.distance of their probes)."""
+    return distance([t for r in runs for t in (r["core_trip_ns"]["start"], r["core_trip_ns"]["end"])])
+
+
 def summarize(runs: list[dict], clients: list[int]) -> dict:
     """Per client count: median decode tok/s, and its ratio to the first count's, round by round; and the
     same ratio for the decode steps alone (mean batch / step time as the sessions saw it), without the
-    prefill, HTTP and waits that the run's tok/s includes: what the engine's batched step gives."""
+    prefill, HTTP and waits that the run's tok/s includes: what the engine's batched step gives. The
+    ratios also go by how far apart the CPUs were through each round (near, far, mixed: a VM's hypervisor
+    moves its vCPUs, and batched steps slow down when they are far apart)."""
     base = clients[0]
     by_round: dict[int, dict[int, dict]] = {}
     for r in runs:
@@ -314,9 +322,15 @@ def summarize(runs: list[dict], clients: list[int]) -> dict:
         ratios = [v[c]["decode_tokens_per_s"] / v[base]["decode_tokens_per_s"] for v in rounds
                   if v[base]["decode_tokens_per_s"]]
         steps = [_step_rate(v[c]) / _step_rate(v[base]) for v in rounds if _step_rate(v[base])]
+        by_distance: dict[str, list[float]] = {}
+        for v in rounds:
+            if v[base]["decode_tokens_per_s"]:
+                by_distance.setdefault(_round_distance(v[base], v[c]), []).append(
+                    v[c]["decode_tokens_per_s"] / v[base]["decode_tokens_per_s"])
         out[str(c)] = {"median_tokens_per_s": statistics.median(v[c]["decode_tokens_per_s"] for v in by_round.values()),
                        "ratio_per_round": ratios, "median_ratio": statistics.median(ratios) if ratios else None,
-                       "step_ratio_per_round": steps, "median_step_ratio": statistics.median(steps) if steps else None}
+                       "step_ratio_per_round": steps, "median_step_ratio": statistics.median(steps) if steps else None,
+                       "ratio_by_distance": by_distance}
     return out
 
 
@@ -393,6 +407,13 @@ def main(argv: list[str] | None = None) -> int:
                          f" (decode steps alone: median {s['median_step_ratio']:.2f}x)")
                 print(f"{c} vs {base} clients: " + ", ".join(f"{x:.2f}x" for x in s["ratio_per_round"]) +
                       f" per round, median {s['median_ratio']:.2f}x" + steps)
+                near_far = {k: v for k, v in s["ratio_by_distance"].items() if k != "unknown"}
+                if near_far:
+                    labels = {"near": f"CPUs near (round trips < {NEAR_NS:.0f} ns)",
+                              "far": f"far (> {FAR_NS:.0f} ns)", "mixed": "mixed"}
+                    print("  rounds by the CPUs' distance: " + "; ".join(
+                        f"{labels[k]} " + ", ".join(f"{x:.2f}x" for x in near_far[k]) +
+                        f" (median {statistics.median(near_far[k]):.2f}x)" for k in ("near", "far", "mixed") if k in near_far))
     return 1 if any(r["errors"] for r in runs) else 0
 
 

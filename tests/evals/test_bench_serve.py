@@ -54,6 +54,12 @@ def test_bench_serve_interleaves_client_counts_in_rounds() -> None:
     assert two["ratio_per_round"] == [by[(1, 2)] / by[(1, 1)], by[(2, 2)] / by[(2, 1)]]
     assert two["median_ratio"] == sum(two["ratio_per_round"]) / 2
     assert result["summary"]["1"]["ratio_per_round"] == [1.0, 1.0]
+    # and the same rounds grouped by how far apart the CPUs were through each (machine_state.distance)
+    by_distance = two["ratio_by_distance"]
+    assert set(by_distance) <= {"near", "far", "mixed", "unknown"}
+    assert sorted(x for v in by_distance.values() for x in v) == sorted(two["ratio_per_round"])
+    if len(os.sched_getaffinity(0)) < 2:
+        assert set(by_distance) == {"unknown"}
     # the same ratio for the decode steps alone: mean batch / step time, round by round
     rate = {(r["round"], r["clients"]): r["decode_batch_mean"] / r["decode_step_ms"] for r in result["runs"]}
     assert two["step_ratio_per_round"] == pytest.approx([rate[(1, 2)] / rate[(1, 1)], rate[(2, 2)] / rate[(2, 1)]])

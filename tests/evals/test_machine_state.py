@@ -37,3 +37,15 @@ def test_gives_up_after_the_timeout() -> None:
 def test_a_command_needs_a_rate() -> None:
     r = _run("--", "echo", "x")
     assert r.returncode == 2 and "COMMAND needs --wait-for GBS" in r.stderr
+
+
+def test_distance_classifies_a_runs_round_trips() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    from machine_state import FAR_NS, NEAR_NS, distance
+
+    assert distance([85.0, 140.0, 70.0]) == "near"
+    assert distance([380.0, 412.0]) == "far"
+    assert distance([90.0, 390.0]) == "mixed"  # the vCPUs moved during the run
+    assert distance([250.0]) == "mixed"  # neither: not counted as either
+    assert distance([NEAR_NS - 1]) == "near" and distance([FAR_NS + 1]) == "far"
+    assert distance([]) == distance([80.0, None]) == "unknown"  # one CPU: nothing measured
