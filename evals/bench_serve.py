@@ -319,14 +319,13 @@ def summarize(runs: list[dict], clients: list[int]) -> dict:
     out = {}
     for c in clients:
         rounds = [v for v in by_round.values() if c in v and base in v]
-        ratios = [v[c]["decode_tokens_per_s"] / v[base]["decode_tokens_per_s"] for v in rounds
-                  if v[base]["decode_tokens_per_s"]]
-        steps = [_step_rate(v[c]) / _step_rate(v[base]) for v in rounds if _step_rate(v[base])]
+        ratios: list[float] = []
         by_distance: dict[str, list[float]] = {}
         for v in rounds:
             if v[base]["decode_tokens_per_s"]:
-                by_distance.setdefault(_round_distance(v[base], v[c]), []).append(
-                    v[c]["decode_tokens_per_s"] / v[base]["decode_tokens_per_s"])
+                ratios.append(v[c]["decode_tokens_per_s"] / v[base]["decode_tokens_per_s"])
+                by_distance.setdefault(_round_distance(v[base], v[c]), []).append(ratios[-1])
+        steps = [_step_rate(v[c]) / _step_rate(v[base]) for v in rounds if _step_rate(v[base])]
         out[str(c)] = {"median_tokens_per_s": statistics.median(v[c]["decode_tokens_per_s"] for v in by_round.values()),
                        "ratio_per_round": ratios, "median_ratio": statistics.median(ratios) if ratios else None,
                        "step_ratio_per_round": steps, "median_step_ratio": statistics.median(steps) if steps else None,
@@ -407,13 +406,14 @@ def main(argv: list[str] | None = None) -> int:
                          f" (decode steps alone: median {s['median_step_ratio']:.2f}x)")
                 print(f"{c} vs {base} clients: " + ", ".join(f"{x:.2f}x" for x in s["ratio_per_round"]) +
                       f" per round, median {s['median_ratio']:.2f}x" + steps)
-                near_far = {k: v for k, v in s["ratio_by_distance"].items() if k != "unknown"}
-                if near_far:
-                    labels = {"near": f"CPUs near (round trips < {NEAR_NS:.0f} ns)",
-                              "far": f"far (> {FAR_NS:.0f} ns)", "mixed": "mixed"}
+                groups = s["ratio_by_distance"]
+                labels = {"near": f"CPUs near (round trips < {NEAR_NS:.0f} ns)", "far": f"far (> {FAR_NS:.0f} ns)",
+                          "mixed": "mixed"}
+                shown = [k for k in labels if k in groups]  # none with one CPU ("unknown")
+                if shown:
                     print("  rounds by the CPUs' distance: " + "; ".join(
-                        f"{labels[k]} " + ", ".join(f"{x:.2f}x" for x in near_far[k]) +
-                        f" (median {statistics.median(near_far[k]):.2f}x)" for k in ("near", "far", "mixed") if k in near_far))
+                        f"{labels[k]} " + ", ".join(f"{x:.2f}x" for x in groups[k]) +
+                        f" (median {statistics.median(groups[k]):.2f}x)" for k in shown))
     return 1 if any(r["errors"] for r in runs) else 0
 
 

@@ -176,11 +176,11 @@ struct BlockKernels {
   IntBlockFn int8[kMaxM] = {};
   IntPairFn int4_pair[kMaxM] = {};  // [MB - 1] for MB >= 2, where a level has them ([0] stays null)
   // The fewest rows of a linear call that run int4_pair (fewer: int4, one block at a time). On a
-  // 2-core Zen 5 VM (SmolLM2 `8da4w-kv8`, forwards alternating in one process, 8 prefills or 32 steps at a time), single blocks against
-  // pairs: prefills of 5-16 tokens -12% to -5%, 20-32 within 1%, 40 and 48 +3%, 64 and 128 +4% and
-  // +6%; batched steps (positions 30-61, four runs) of 4 sessions -2.5% to -3.7% in three and +0.2% in
-  // one, of 2 sessions -2.0% to -4.7%, of 3 -4.3% to +2.6%. Set by the level
-  // (add_avx512vnni_block_kernels).
+  // 2-core Zen 5 VM (SmolLM2 `8da4w-kv8`, forwards alternating in one process, 8 prefills or 32 steps
+  // at a time), single blocks against pairs: prefills of 5-16 tokens -12% to -5%, 20-32 within 1%, 40
+  // and 48 +3%, 64 and 128 +4% and +6%; batched steps (positions 30-61, four runs) of 4 sessions -2.5%
+  // to -3.7% in three and +0.2% in one, of 2 sessions -2.0% to -4.7%, of 3 -4.3% to +2.6%. Set by the
+  // level (add_avx512vnni_block_kernels).
   int64_t pair_min_rows = 2;
   // Whether int4, int4_pair and int4_expanded start each group's sums at Coeffs::zinit when the
   // caller sets it (folded zero points: symmetric 4-bit weights under per-token activations), from
