@@ -400,7 +400,8 @@ Error linear_rows(const Handle& h, const Rows& r) {
     // were at times far apart (a line ping-ponged between two threads in ~375 ns a round trip
     // against ~100 ns at others), 4 SmolLM2 sessions batched, steps alternating with and without
     // in blocks of 16 in one process: far apart 0.917x-0.942x per step (8 runs), near 0.982x-1.011x
-    // (11 runs, where that harness's A/A gave 1.004x-1.023x).
+    // (11 runs, where that harness's A/A gave 1.004x-1.023x). Measured while those steps ran pairs;
+    // on a Zen 5 they now run single blocks (BlockKernels::pair_min_rows), without this request.
     const auto pair_tile = [&](int64_t blk, int64_t m0, int mb, const uint8_t* next, int64_t next_bytes) {
       for (int j = 0; j < mb; ++j) {
         prefetch_for_write(r.y[m0 + j] + blk * kRows);
