@@ -10,8 +10,10 @@ proxy (ember.llm.serve.ray_deployment), on a local Ray or a cluster (--ray-addre
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
+import sys
 from typing import TYPE_CHECKING
 
 from ember.cli import fail
@@ -19,7 +21,7 @@ from ember.cli import fail
 if TYPE_CHECKING:
     from ember.llm.serve.config import ServeConfig
 
-__all__ = ["register"]
+__all__ = ["register", "server_stack"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,8 +78,12 @@ def _run(args: argparse.Namespace) -> int:
         app = create_app(config)
     except (ValueError, EmberError) as error:
         return fail("serve", error, 2)
+    loop, http = server_stack()
+    if (loop, http) != ("uvloop", "httptools"):
+        print(f"ember serve: running on {loop} + {http}: uvloop and httptools (in the serve extra) give ~5-9% more "
+              "tokens/s: pip install 'ember[serve]'", file=sys.stderr)
     server = uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=config.port, log_level=args.log_level,
+        app, host=config.host, port=config.port, log_level=args.log_level, loop=loop, http=http,
         timeout_graceful_shutdown=config.shutdown_timeout_s, lifespan="on"))
     # uvicorn re-raises the stop signal once it has shut down; with these handlers in place that
     # re-raise is a no-op, so a requested stop ends the process with status 0.
@@ -85,6 +91,15 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: None)
     server.run()
     return 0 if server.started else 1
+
+
+def server_stack() -> tuple[str, str]:
+    """uvicorn's event loop and HTTP parser for `ember serve`: uvloop and httptools where installed (the
+    serve extra brings both; on Windows there is no uvloop), else asyncio and h11 (pure Python: more CPU
+    per streamed token, taken from the cores the model runs on)."""
+    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
+    return loop, http
 
 
 def _config(args: argparse.Namespace) -> "ServeConfig":

@@ -229,3 +229,15 @@ def test_cli_exits_0_on_sigterm(path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_server_stack_prefers_uvloop_and_httptools(monkeypatch) -> None:
+    from importlib import util
+
+    from ember.llm.serve import cli
+
+    # This environment has the serve extra, so `ember serve` runs on the fast stack.
+    assert cli.server_stack() == ("uvloop", "httptools")
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name in ("uvloop", "httptools") else real(name, *a))
+    assert cli.server_stack() == ("asyncio", "h11")
