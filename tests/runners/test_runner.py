@@ -196,9 +196,9 @@ def test_prefix_reuse_gives_the_same_tokens_as_a_fresh_run(runner, tiny_path) ->
 @pytest.mark.parametrize("ahead", ["4", "1", "0"])
 def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, monkeypatch, ahead) -> None:
     """next() starts the returned token's step before returning (EMBER_STEP_AHEAD, 4 tokens ahead by
-    default); a generation stopped by its callback still completes that step, so the token is
-    cached, and the tokens, the follow-up's reuse and its answer are those of a run without
-    stepping ahead."""
+    default; the first token's at the following call); a generation stopped by its callback still
+    completes that step, so the token is cached, and the tokens, the follow-up's reuse and its answer
+    are those of a run without stepping ahead."""
     monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
     runner = _runner.Runner(str(tiny_path), 1)
     seen = []
@@ -216,6 +216,26 @@ def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, m
     runner.stop()
     assert runner.next() is None and runner.stop_reason == "stopped"
     assert runner.cached_tokens == PROMPT + (first if ahead != "0" else first[:1])
+
+
+@pytest.mark.parametrize("ahead", ["4", "0"])
+def test_the_first_tokens_step_starts_at_the_next_call(tiny_path, monkeypatch, ahead) -> None:
+    """The first token comes back before its step starts (the caller streams it while no helper
+    takes its core): stopped right after it, nothing was fed past the prompt, the follow-up reuses
+    the prompt only, and the tokens are those of a plain run."""
+    monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
+    runner = _runner.Runner(str(tiny_path), 1)
+    expected = fresh(tiny_path, PROMPT, 6)
+    runner.start(PROMPT, gen_config(6))
+    first = runner.next()
+    time.sleep(0.2)  # a step started now would have finished
+    runner.stop()
+    assert runner.next() is None and runner.stop_reason == "stopped"
+    assert first == expected[0] and runner.stats["decode_steps"] == 0
+    assert runner.cached_tokens == PROMPT
+    follow = PROMPT + [first]
+    assert runner.generate(follow, gen_config(5))[0] == expected[1:]
+    assert runner.stats["reused_tokens"] == len(PROMPT)
 
 
 @pytest.mark.parametrize("ahead", ["4", "2"])
@@ -294,7 +314,8 @@ def test_missing_file_is_an_io_error(tmp_path) -> None:
 def test_sessions_stepping_ahead_with_random_stops_and_slow_callers(tiny_path) -> None:
     """4 sessions batched, each in its own thread, generate with random stops and random pauses between
     tokens (the helpers run ahead, fill their queues, are drained at a stop): every token is the one a
-    fresh runner samples, and a stopped generation's usage and cached_tokens hold exactly what it returned."""
+    fresh runner samples, and a stopped generation's usage and cached_tokens hold exactly what it returned
+    (cached_tokens: not a first token alone, whose step had not started)."""
     config = lambda: gen_config(24, temperature=0.8, seed=3, top_k=50)  # noqa: E731
     prompts = [PROMPT[:5], PROMPT[:9], PROMPT[:14]]
     expected = {tuple(p): _runner.Runner(str(tiny_path), 2).generate(p, config())[0] for p in prompts}
@@ -320,8 +341,9 @@ def test_sessions_stepping_ahead_with_random_stops_and_slow_callers(tiny_path) -
                 if rnd.random() < 0.2:
                     time.sleep(rnd.random() * 0.003)
             want = expected[tuple(prompt)][: 24 if stop_at is None else stop_at]
+            fed = got if stop_at != 1 else []  # the first token's step starts at the second next()
             if got != want or s.stats["generated_tokens"] != len(got) or (
-                    stop_at is not None and s.cached_tokens != prompt + got):
+                    stop_at is not None and s.cached_tokens != prompt + fed):
                 failures.append((i, prompt, stop_at, got, s.stats["generated_tokens"], len(s.cached_tokens)))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]

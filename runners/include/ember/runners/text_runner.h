@@ -88,7 +88,9 @@ class TextRunner {
   // config, reuses the cached prefix and prefills the rest. On error the cache is left unknown
   // and the next prompt is prefilled from position 0.
   Error start(const int64_t* prompt, size_t n, const GenerateConfig& config);
-  // The next token, or kDone (see stop_reason()). Errors only if a forward step fails.
+  // The next token, or kDone (see stop_reason()). Errors only if a forward step fails. A returned
+  // token's step is started ahead on a helper thread (EMBER_STEP_AHEAD) before next() returns,
+  // except the first token's, which starts at the following call (the caller streams it first).
   Result<int64_t> next();
   // next() when its result is already there (a token the helper sampled ahead): true and *token
   // set, without waiting; false (nothing done) when next() would wait or compute. Lets a caller
@@ -170,6 +172,7 @@ class TextRunner {
   double returned_decode_ms_ = 0;       // Stats::decode_ms when the last of them was sampled
   StopReason done_reason_ = StopReason::kNone;  // why sample_next last returned kDone
   std::unique_ptr<AsyncStep> ahead_;    // made on the first step started ahead
+  bool launch_deferred_ = false;        // the first token's step: started by the next next() call
 };
 
 }  // namespace runners
