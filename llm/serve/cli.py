@@ -14,7 +14,7 @@ import importlib.util
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ember.cli import fail
 
@@ -79,9 +79,10 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, EmberError) as error:
         return fail("serve", error, 2)
     loop, http = server_stack()
+    print(f"ember serve: {_describe(config, app.state.server.llm)}; uvicorn on {loop} + {http}", file=sys.stderr)
     if (loop, http) != ("uvloop", "httptools"):
-        print(f"ember serve: running on {loop} + {http}: uvloop and httptools (in the serve extra) give ~5-9% more "
-              "tokens/s: pip install 'ember[serve]'", file=sys.stderr)
+        print(f"ember serve: uvloop and httptools (in the serve extra) give ~5-9% more tokens/s than {loop} + {http}: "
+              "pip install 'ember[serve]'", file=sys.stderr)
     server = uvicorn.Server(uvicorn.Config(
         app, host=config.host, port=config.port, log_level=args.log_level, loop=loop, http=http,
         timeout_graceful_shutdown=config.shutdown_timeout_s, lifespan="on"))
@@ -91,6 +92,16 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: None)
     server.run()
     return 0 if server.started else 1
+
+
+def _describe(config: "ServeConfig", llm: Any) -> str:
+    """What the server runs, for its first log line: model id, file, weights, context, sessions, threads."""
+    from ember.runtime import cpu_info
+
+    quant = llm.metadata.get("quant.linear") or llm.metadata.get("export.dtype") or "?"
+    threads = config.threads if config.threads is not None else "one per core"
+    return (f"model '{config.model_name}' from {config.path} ({quant}, context {llm.max_context_len}), "
+            f"{config.sessions} session(s), kernel threads: {threads}, kernels {cpu_info()['isa']}")
 
 
 def server_stack() -> tuple[str, str]:

@@ -226,6 +226,9 @@ def test_cli_exits_0_on_sigterm(path) -> None:
         assert r.status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, proc.stdout.read()
+        log = proc.stdout.read()  # its first line says what it serves, and on what
+        assert f"ember serve: model '{MODEL}' from {path} (" in log and "session(s)" in log, log
+        assert "uvicorn on uvloop + httptools" in log, log
     finally:
         if proc.poll() is None:
             proc.kill()
