@@ -118,7 +118,7 @@ def test_greedy_64_tokens_match_transformers(llm, hf, name) -> None:
     assert len(got) == NEW_TOKENS or llm.stats.stop_reason == "eos"
     if name == "factual":  # the text API gives the same continuation (the prompt prefix is reused)
         text = llm.generate(prompt, max_new_tokens=NEW_TOKENS, temperature=0)
-        assert llm.stats.reused_tokens == len(ids) - 1  # the last prompt token is re-run for its logits
+        assert llm.stats.reused_tokens == len(ids) - 2  # the last two prompt tokens are re-run (its logits)
         assert text == tok.decode(expected, skip_special_tokens=True)
 
 

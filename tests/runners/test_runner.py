@@ -184,9 +184,9 @@ def test_prefix_reuse_gives_the_same_tokens_as_a_fresh_run(runner, tiny_path) ->
     assert runner.stats["reused_tokens"] == 10
     assert third == fresh(tiny_path, diverged, 6)
 
-    # The same prompt again recomputes only its last token.
+    # The same prompt again recomputes only its last two tokens (test_prefix_reuse.py: why two).
     again, _ = runner.generate(diverged, gen_config(6))
-    assert runner.stats["reused_tokens"] == len(diverged) - 1 and again == third
+    assert runner.stats["reused_tokens"] == len(diverged) - 2 and again == third
 
     runner.reset()
     assert runner.cached_tokens == []
@@ -222,7 +222,8 @@ def test_a_step_started_ahead_is_cached_when_generation_stops_early(tiny_path, m
 def test_the_first_tokens_step_starts_at_the_next_call(tiny_path, monkeypatch, ahead) -> None:
     """The first token comes back before its step starts (the caller streams it while no helper
     takes its core): stopped right after it, nothing was fed past the prompt, the follow-up reuses
-    the prompt only, and the tokens are those of a plain run."""
+    the prompt but its last token (the last two of a prompt are always prefilled), and the tokens are
+    those of a plain run."""
     monkeypatch.setenv("EMBER_STEP_AHEAD", ahead)
     runner = _runner.Runner(str(tiny_path), 1)
     expected = fresh(tiny_path, PROMPT, 6)
@@ -235,7 +236,7 @@ def test_the_first_tokens_step_starts_at_the_next_call(tiny_path, monkeypatch, a
     assert runner.cached_tokens == PROMPT
     follow = PROMPT + [first]
     assert runner.generate(follow, gen_config(5))[0] == expected[1:]
-    assert runner.stats["reused_tokens"] == len(PROMPT)
+    assert runner.stats["reused_tokens"] == len(PROMPT) - 1  # the last two tokens are always prefilled
 
 
 @pytest.mark.parametrize("ahead", ["4", "2"])
@@ -267,7 +268,7 @@ def test_the_helper_runs_ahead_of_a_slow_caller(tiny_path, monkeypatch, ahead) -
     # The next prompt reuses what was returned and answers as a fresh run does.
     follow = PROMPT + got + [7]
     assert runner.generate(follow, gen_config(6))[0] == fresh(tiny_path, follow, 6)
-    assert runner.stats["reused_tokens"] == len(PROMPT) + 2
+    assert runner.stats["reused_tokens"] == len(PROMPT) + 1  # all but the last two tokens
 
 
 @pytest.mark.parametrize(

@@ -85,8 +85,9 @@ class TextRunner {
   Result<std::unique_ptr<TextRunner>> new_session(int threads = 0) const;
 
   // Validates the prompt (non-empty, ids in the vocabulary, shorter than the context) and the
-  // config, reuses the cached prefix and prefills the rest. On error the cache is left unknown
-  // and the next prompt is prefilled from position 0.
+  // config, reuses the cached prefix and prefills the rest (at least the last two tokens, in chunks
+  // of two rows or more: a repeated prompt gives the fresh prompt's logits). On error the cache is
+  // left unknown and the next prompt is prefilled from position 0.
   Error start(const int64_t* prompt, size_t n, const GenerateConfig& config);
   // The next token, or kDone (see stop_reason()). Errors only if a forward step fails. A returned
   // token's step is started ahead on a helper thread (EMBER_STEP_AHEAD) before next() returns,
