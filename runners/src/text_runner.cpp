@@ -340,7 +340,8 @@ Result<GenerateResult> TextRunner::generate(const std::vector<int64_t>& prompt, 
                                             const TokenCallback& on_token) {
   EMBER_TRY(start(prompt.data(), prompt.size(), config));
   GenerateResult result;
-  result.tokens.reserve(static_cast<size_t>(std::min<int64_t>(config.max_new_tokens, decoder_->info().max_context_len)));
+  const int64_t most = std::min<int64_t>(config.max_new_tokens, decoder_->info().max_context_len);
+  result.tokens.reserve(static_cast<size_t>(most));
   for (;;) {
     auto token = next();
     if (!token.ok()) return token.error();
