@@ -187,6 +187,24 @@ struct TaskPrefetch {
   void issue(size_t n_bytes) { take(n_bytes).issue_rest(); }
 };
 
+// An int8 cache's row scales [row0, row0 + n) of K and of V, asked for into L2 (prefetcht2). The
+// task stream (TaskPrefetch) brings the rows' codes; without their scales, the kernels stalled on
+// them: in a `perf` profile of 4 batched SmolLM2 `8da4w-kv8` sessions at positions 60-90, 37% of
+// `i8_scores_vnni`'s samples and 31% of `i8_weighted_rows_int`'s sat at the scales' load. A task
+// asks for the next task's (a thread's first task for its own too): a few lines each (4 bytes per
+// row). Zen 5 VM, steps alternating in one process (16 rounds of 32): positions 60-92, one session
+// -2.1%, 4 batched -0.7%; positions 300-332, -2.3% and -2.6%; at ~1,900 (`bench_attention.py`) no change.
+void prefetch_scales(const AttendArgs& a, int64_t row0, int64_t n) {
+  for (int64_t off = 0; off < n; off += 16) {  // 16 scales per line
+    __builtin_prefetch(a.k.scales + row0 + off, 0, 1);
+    __builtin_prefetch(a.v.scales + row0 + off, 0, 1);
+  }
+  if (n > 0) {  // the last row's line, where row0 is not line-aligned
+    __builtin_prefetch(a.k.scales + row0 + n - 1, 0, 1);
+    __builtin_prefetch(a.v.scales + row0 + n - 1, 0, 1);
+  }
+}
+
 // Decode (T == 1, fp32 q and out): the attended keys are split into chunks across threads
 // (flash-decoding); a task handles one (batch, kv head, chunk) for all query heads sharing that
 // kv head, so each K/V row is read once per step, and the chunks' partial softmax results are
@@ -275,6 +293,13 @@ void attend_decode(const AttendArgs& a) {
       }
       if (nk <= 0) continue;
       TaskPrefetch stream;
+      if (int8_cache) {  // the row scales: this task's (a thread's first) and the next one's
+        if (task == t0) prefetch_scales(a, t.row0, nk);
+        if (task + 1 < t1) {
+          const Task n1 = task_of(task + 1);
+          prefetch_scales(a, n1.row0, n1.nk);
+        }
+      }
       if (task == t0) {
         const int64_t head = std::min(kBlock, nk);
         PrefetchLines first;
