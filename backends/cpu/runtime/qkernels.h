@@ -147,6 +147,16 @@ using IntPairFn = void (*)(const uint8_t* codes0, const uint8_t* codes1, int64_t
                            const Coeffs& co1, const int8_t* q, int64_t lda, const float* asum, const float* ascale,
                            float* out);
 
+// Four consecutive blocks (64 weight rows) at once, 4-bit codes in groups of 32 (words_per_group
+// 4) under a folded zero point (Coeffs::zinit set in co[0]: the only group step they implement),
+// against MB rows: each activation word is broadcast once for the four blocks, where a single block
+// broadcasts it for one. For blocks already in cache (the rows after a linear's first tile): the
+// four interleaved streams defeat prefetching from DRAM. codes[i], co[i]: block i's (only co[0]'s
+// zinit is read). out = [MB][64]: row m's 16 results of block 0, then block 1's, 2's and 3's. Equal
+// to IntBlockFn on each block, bit for bit.
+using IntQuadFn = void (*)(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
+                           float* out);
+
 // 4-bit weights x int8 activations for MB = 1..4 rows (decode, a tile of a batched decode step or of a
 // prefill) over pre-broadcast activations: expand_int4 writes, for every 8-activation word w of
 // q [MB][lda] and row m < MB, 64 bytes at qb + (w * MB + m) * 64: the word's activations 0-3
@@ -175,6 +185,7 @@ struct BlockKernels {
   IntBlockFn int4[kMaxM] = {};
   IntBlockFn int8[kMaxM] = {};
   IntPairFn int4_pair[kMaxM] = {};  // [MB - 1] for MB >= 2, where a level has them ([0] stays null)
+  IntQuadFn int4_quad[kMaxM] = {};  // [MB - 1], where a level has them (cpu_backend.cpp: where they run)
   // The fewest rows of a linear call that run int4_pair (fewer: int4, one block at a time). On a
   // 2-core Zen 5 VM (SmolLM2 `8da4w-kv8`, forwards alternating in one process, 8 prefills or 32 steps
   // at a time), single blocks against pairs: prefills of 5-16 tokens -12% to -5%, 20-32 within 1%, 40

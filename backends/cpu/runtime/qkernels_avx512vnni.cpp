@@ -136,6 +136,54 @@ EMBER_AVX512VNNI void int4_pair(const uint8_t* codes0, const uint8_t* codes1, in
   int4_pair_fixed<MB, 0, WORD_SHARES>(codes0, codes1, G, wpg, co0, co1, q, lda, asum, ascale, out);
 }
 
+// Four blocks against MB rows (IntQuadFn): 4 x MB int32 chains, each word's codes unpacked once for
+// all rows and each row's activations broadcast once for all blocks; the fp32 sums stay in an L1
+// array between groups (the registers hold the chains, the codes and the broadcasts). With the
+// blocks in L2, 16 rows, one core of a Zen 5 VM: 423 GMAC/s against 291 for int_block and 306 for
+// int4_pair (89% of VPDPBUSD's peak against 62%); streaming the blocks from DRAM, 85-118 GMAC/s at 4
+// rows against 207-234 (the prefetching loses the four streams).
+template <int MB>
+EMBER_AVX512VNNI void int4_quad(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
+                                float* out) {
+  constexpr int kBlocks = 4, kWords = 4;  // groups of 32: 4 words of 8 codes per row
+  const __m512i nib = _mm512_set1_epi8(15);
+  alignas(64) float acc[MB][kBlocks][16];
+  for (int m = 0; m < MB; ++m)
+    for (int b = 0; b < kBlocks; ++b) _mm512_store_ps(acc[m][b], _mm512_setzero_ps());
+  const int32_t* zinit = co[0].zinit;
+  for (int64_t g = 0; g < G; ++g) {
+    __m512i d[kBlocks][MB];
+    for (int m = 0; m < MB; ++m) {
+      const __m512i z = _mm512_set1_epi32(zinit[m * G + g]);
+      for (int b = 0; b < kBlocks; ++b) d[b][m] = z;
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < kWords; ++j) {
+      __m512i lo[kBlocks], hi[kBlocks];
+      for (int b = 0; b < kBlocks; ++b) {
+        const __m512i v = _mm512_loadu_si512(co[b].group_codes(codes[b], g) + j * 64);
+        lo[b] = _mm512_and_si512(v, nib);
+        hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+      }
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* qm = q + m * lda + (g * kWords + j) * 8;
+        const __m512i a = _mm512_set1_epi32(load32(qm)), a4 = _mm512_set1_epi32(load32(qm + 4));
+        for (int b = 0; b < kBlocks; ++b) {
+          d[b][m] = _mm512_dpbusd_epi32(d[b][m], lo[b], a);
+          d[b][m] = _mm512_dpbusd_epi32(d[b][m], hi[b], a4);
+        }
+      }
+    }
+    for (int b = 0; b < kBlocks; ++b) {  // int_group_step512's folded step
+      const __m512 sv = params512(co[b], co[b].scale, g * co[b].param_stride);
+      for (int m = 0; m < MB; ++m)
+        _mm512_store_ps(acc[m][b], _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(d[b][m]), _mm512_load_ps(acc[m][b])));
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int b = 0; b < kBlocks; ++b) _mm512_storeu_ps(out + m * 64 + b * 16, _mm512_load_ps(acc[m][b]));
+}
+
 }  // namespace
 
 void add_avx512vnni_block_kernels(BlockKernels& t) {
@@ -153,6 +201,8 @@ void add_avx512vnni_block_kernels(BlockKernels& t) {
   // up to 16 rows there (BlockKernels::pair_min_rows).
   const CpuFeatures& f = cpu_features();
   if (f.vendor == CpuVendor::kAmd && f.family >= 0x1A) {
+    t.int4_quad[0] = int4_quad<1>, t.int4_quad[1] = int4_quad<2>, t.int4_quad[2] = int4_quad<3>;
+    t.int4_quad[3] = int4_quad<4>;
     t.int4_pair[1] = int4_pair<2, true>, t.int4_pair[2] = int4_pair<3, true>, t.int4_pair[3] = int4_pair<4, true>;
     t.pair_min_rows = 17;  // single blocks up to 16 rows: see BlockKernels::pair_min_rows
   } else {
