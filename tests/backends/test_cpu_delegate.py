@@ -170,7 +170,8 @@ def test_pairs_and_quads_of_4bit_blocks_give_the_single_block_bits(rows, tmp_pat
     the tiles after the first run four blocks at once (int4_quad), in items of whole quads.
     Odd and even block counts, a partial last block inside a pair (20, 120, 504 rows) or alone (37),
     tiles of 4 rows with a remainder of one to three rows (5, 9, 17, 18, 19: items of 2 blocks per
-    thread from 600 and 504 rows), per-token and per-group activations, symmetric and asymmetric weights.
+    thread from 600 rows, of whole quads from 504 on Zen 5), per-token and per-group activations,
+    symmetric and asymmetric weights.
     Each row's results are the bits it gets alone (one row runs single blocks) and the portable
     kernel's values."""
     gen = torch.Generator().manual_seed(17 + rows)
