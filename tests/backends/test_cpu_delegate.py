@@ -166,11 +166,12 @@ def test_many_rows_over_many_blocks_matches_portable_on_any_thread_count(rows, n
 def test_pairs_and_quads_of_4bit_blocks_give_the_single_block_bits(rows, tmp_path):
     """From the level's pair_min_rows rows on (2 on Intel, 17 on AMD from Zen 5), 4-bit int linears run
     two blocks at once where the level has the kernel (AVX-512 VNNI); fewer rows run single blocks. On
-    AMD from Zen 5, over more than 4 rows with the zero point folded (504 rows, symmetric, per token),
-    the tiles after the first run four blocks at once (int4_quad), in items of whole quads.
+    AMD from Zen 5, over more than 4 rows, the tiles after the first run four blocks at once (int4_quad),
+    in items of whole quads: the zero point folded (504 rows, symmetric, per token) or the general group
+    step (per-group activations, offsets).
     Odd and even block counts, a partial last block inside a pair (20, 120, 504 rows) or alone (37),
     tiles of 4 rows with a remainder of one to three rows (5, 9, 17, 18, 19: items of 2 blocks per
-    thread from 600 rows, of whole quads from 504 on Zen 5), per-token and per-group activations,
+    thread, of whole quads on Zen 5), per-token and per-group activations,
     symmetric and asymmetric weights.
     Each row's results are the bits it gets alone (one row runs single blocks) and the portable
     kernel's values."""

@@ -295,6 +295,8 @@ Error linear_rows(const Handle& h, const Rows& r) {
   }
   const IntBlockFn* ifn = w.bits == 4 ? bk.int4 : bk.int8;
   const FloatBlockFn* ffn = w.bits == 4 ? bk.float4 : bk.float8;
+  // Whether run_range may take four blocks at once (int4_quad) for the tiles after a first.
+  const bool quad_blocks = int_path && w.bits == 4 && w.words_per_group == 4 && bk.int4_quad[kMaxM - 1] != nullptr;
   // 4-bit weights, int8 activations, where the level has the kernels: each tile's activations are
   // broadcast once per thread into an L1-sized buffer (expand_int4) instead of once per block in the
   // kernel. The loop order is then tile by tile over a span of blocks that stays in L2 (the buffer,
@@ -428,8 +430,9 @@ Error linear_rows(const Handle& h, const Rows& r) {
         co[i] = block_coefficients(h, blk + i, cf + 2 * i * G * kRows, cf + (2 * i + 1) * G * kRows);
         codes[i] = w.block(blk + i);
       }
-      co[0].zinit = zinit + m0 * G;
-      bk.int4_quad[mb - 1](codes, G, co, act.q.data() + m0 * K, K, tile);
+      co[0].zinit = co[1].zinit = co[2].zinit = co[3].zinit = zinit != nullptr ? zinit + m0 * G : nullptr;
+      const float* ascale = per_token ? nullptr : act.gscale.data() + m0 * G;
+      bk.int4_quad[mb - 1](codes, G, co, act.q.data() + m0 * K, K, act.asum.data() + m0 * G, ascale, tile);
       for (int i = 0; i < 4; ++i) store_tile(blk + i, m0, mb, tile + i * kRows, 4 * kRows);
     };
     if (expanded) {
@@ -466,14 +469,14 @@ Error linear_rows(const Handle& h, const Rows& r) {
       const size_t bytes = static_cast<size_t>(std::min<int64_t>(pairs ? 2 : 1, b1 - b0)) * w.block_bytes;
       for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(w.block(b0) + off, 0, 3);
     }
-    // Over more than one tile of rows, where the level has the quad kernel (the zero point folded,
-    // groups of 32): four blocks at a time, the first tile one block after the other (streaming them
-    // in, each asking for the next), the other tiles with the quad kernel on the four blocks, then in
-    // L1. SmolLM2 `8da4w-kv8` on a 2-core Zen 5 VM, forwards alternating in one process with single
+    // Over more than one tile of rows, where the level has the quad kernel (4-bit int, groups of 32):
+    // four blocks at a time, the first tile one block after the other (streaming them in, each asking
+    // for the next), the other tiles with the quad kernel on the four blocks, then in L1. SmolLM2 `8da4w-kv8` on a 2-core Zen 5 VM, forwards alternating in one process with single
     // blocks and pairs as before (12 rounds): prefills of 12, 16, 32 and 128 tokens -8.4%, -9.0%, -9.5%
-    // and -6.2% (8: within noise), a batched step with a newcomer's 12-token turn among 3 decodes -7.8%.
-    const bool quads = zinit != nullptr && w.bits == 4 && w.words_per_group == 4 && r1 - r0 > kMaxM &&
-                       bk.int4_quad[kMaxM - 1] != nullptr;
+    // and -6.2% (8: within noise), a batched step with a newcomer's 12-token turn among 3 decodes -7.8%;
+    // `gguf-a8` (per-group activation scales, the general group step; 10 rounds): 12, 32 and 128 tokens
+    // -6.3%, -3.8%, -1.5%.
+    const bool quads = quad_blocks && r1 - r0 > kMaxM;
     for (int64_t blk = b0; blk < b1;) {
       if (quads && blk + 3 < b1) {
         for (int64_t i = 0; i < 4; ++i) block_tile(blk + i, r0, kMaxM, nullptr, next_of(blk + i, b1, r0));
@@ -532,8 +535,7 @@ Error linear_rows(const Handle& h, const Rows& r) {
   const bool by_span = expanded && M > kMaxM;
   // Items of whole quads where several tiles may run them (run_range): an eighth of SmolLM2's q/k/v,
   // o and down parts is 2-3 blocks. Quads in gate/up alone gave a third of the gain above.
-  const bool quad_items = M > kMaxM && zinit != nullptr && w.bits == 4 && w.words_per_group == 4 &&
-                          bk.int4_quad[kMaxM - 1] != nullptr;
+  const bool quad_items = quad_blocks && M > kMaxM;
   const int64_t per_step = by_span ? (M + kMaxM - 1) / kMaxM : 1;
   const int parts = static_cast<int>(std::min<int64_t>({w.NB, kMaxParts, std::max(1, get_num_threads())}));
   std::atomic<int64_t> next_item[kMaxParts];

@@ -148,14 +148,14 @@ using IntPairFn = void (*)(const uint8_t* codes0, const uint8_t* codes1, int64_t
                            float* out);
 
 // Four consecutive blocks (64 weight rows) at once, 4-bit codes in groups of 32 (words_per_group
-// 4) under a folded zero point (Coeffs::zinit set in co[0]: the only group step they implement),
-// against MB rows: each activation word is broadcast once for the four blocks, where a single block
-// broadcasts it for one. For blocks already in cache (the rows after a linear's first tile): the
-// four interleaved streams defeat prefetching from DRAM. codes[i], co[i]: block i's (only co[0]'s
-// zinit is read). out = [MB][64]: row m's 16 results of block 0, then block 1's, 2's and 3's. Equal
-// to IntBlockFn on each block, bit for bit.
+// 4), against MB rows: each activation word is broadcast once for the four blocks, where a single
+// block broadcasts it for one. For blocks already in cache (the rows after a linear's first tile):
+// the four interleaved streams defeat prefetching from DRAM. codes[i], co[i]: block i's (co[0].zinit
+// starts every block's sums; next_block is not read); q, lda, asum, ascale as for IntBlockFn. out = [MB][64]:
+// row m's 16 results of block 0, then block 1's, 2's and 3's. Equal to IntBlockFn on each block, bit
+// for bit.
 using IntQuadFn = void (*)(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
-                           float* out);
+                           const float* asum, const float* ascale, float* out);
 
 // 4-bit weights x int8 activations for MB = 1..4 rows (decode, a tile of a batched decode step or of a
 // prefill) over pre-broadcast activations: expand_int4 writes, for every 8-activation word w of

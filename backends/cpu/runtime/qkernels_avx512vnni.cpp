@@ -138,23 +138,25 @@ EMBER_AVX512VNNI void int4_pair(const uint8_t* codes0, const uint8_t* codes1, in
 
 // Four blocks against MB rows (IntQuadFn): 4 x MB int32 chains, each word's codes unpacked once for
 // all rows and each row's activations broadcast once for all blocks; the fp32 sums stay in an L1
-// array between groups (the registers hold the chains, the codes and the broadcasts). With the
-// blocks in L2, 16 rows, one core of a Zen 5 VM: 423 GMAC/s against 291 for int_block and 306 for
-// int4_pair (89% of VPDPBUSD's peak against 62%); streaming the blocks from DRAM, 85-118 GMAC/s at 4
-// rows against 207-234 (the prefetching loses the four streams).
-template <int MB>
-EMBER_AVX512VNNI void int4_quad(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
-                                float* out) {
+// array between groups (the registers hold the chains, the codes and the broadcasts), each block's
+// group step int_group_step512's. With the blocks in L2, 16 rows, the zero point folded, one core of a
+// Zen 5 VM: 423 GMAC/s against 291 for int_block and 306 for int4_pair (89% of VPDPBUSD's peak against
+// 62%); streaming the blocks from DRAM, 85-118 GMAC/s at 4 rows against 207-234 (the prefetching loses
+// the four streams).
+// FOLDED: the zero point folded into the sums (Coeffs::zinit), whose group step is one FMA; else
+// int_group_step512's (per-group activation scales, offsets).
+template <int MB, bool FOLDED>
+EMBER_AVX512VNNI void int4_quad_t(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q,
+                                  int64_t lda, const float* asum, const float* ascale, float* out) {
   constexpr int kBlocks = 4, kWords = 4;  // groups of 32: 4 words of 8 codes per row
   const __m512i nib = _mm512_set1_epi8(15);
-  alignas(64) float acc[MB][kBlocks][16];
-  for (int m = 0; m < MB; ++m)
-    for (int b = 0; b < kBlocks; ++b) _mm512_store_ps(acc[m][b], _mm512_setzero_ps());
-  const int32_t* zinit = co[0].zinit;
+  alignas(64) float acc[kBlocks][MB][16];
+  for (int b = 0; b < kBlocks; ++b)
+    for (int m = 0; m < MB; ++m) _mm512_store_ps(acc[b][m], _mm512_setzero_ps());
   for (int64_t g = 0; g < G; ++g) {
     __m512i d[kBlocks][MB];
     for (int m = 0; m < MB; ++m) {
-      const __m512i z = _mm512_set1_epi32(zinit[m * G + g]);
+      const __m512i z = group_sums_start512(co[0], m, g, G);
       for (int b = 0; b < kBlocks; ++b) d[b][m] = z;
     }
 #pragma GCC unroll 4
@@ -174,14 +176,28 @@ EMBER_AVX512VNNI void int4_quad(const uint8_t* const* codes, int64_t G, const Co
         }
       }
     }
-    for (int b = 0; b < kBlocks; ++b) {  // int_group_step512's folded step
-      const __m512 sv = params512(co[b], co[b].scale, g * co[b].param_stride);
-      for (int m = 0; m < MB; ++m)
-        _mm512_store_ps(acc[m][b], _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(d[b][m]), _mm512_load_ps(acc[m][b])));
+    for (int b = 0; b < kBlocks; ++b) {
+      if constexpr (FOLDED) {  // int_group_step512's step with Coeffs::zinit
+        const __m512 sv = params512(co[b], co[b].scale, g * co[b].param_stride);
+        for (int m = 0; m < MB; ++m)
+          _mm512_store_ps(acc[b][m], _mm512_fmadd_ps(sv, _mm512_cvtepi32_ps(d[b][m]), _mm512_load_ps(acc[b][m])));
+      } else {
+        __m512 p[MB], ab[MB];
+        for (int m = 0; m < MB; ++m) p[m] = _mm512_cvtepi32_ps(d[b][m]), ab[m] = _mm512_load_ps(acc[b][m]);
+        int_group_step512<MB>(co[b], g, p, ascale, asum + g, G, ab);
+        for (int m = 0; m < MB; ++m) _mm512_store_ps(acc[b][m], ab[m]);
+      }
     }
   }
   for (int m = 0; m < MB; ++m)
-    for (int b = 0; b < kBlocks; ++b) _mm512_storeu_ps(out + m * 64 + b * 16, _mm512_load_ps(acc[m][b]));
+    for (int b = 0; b < kBlocks; ++b) _mm512_storeu_ps(out + m * 64 + b * 16, _mm512_load_ps(acc[b][m]));
+}
+
+template <int MB>
+EMBER_AVX512VNNI void int4_quad(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
+                                const float* asum, const float* ascale, float* out) {
+  if (co[0].zinit != nullptr) return int4_quad_t<MB, true>(codes, G, co, q, lda, asum, ascale, out);
+  int4_quad_t<MB, false>(codes, G, co, q, lda, asum, ascale, out);
 }
 
 }  // namespace
