@@ -151,9 +151,9 @@ using IntPairFn = void (*)(const uint8_t* codes0, const uint8_t* codes1, int64_t
 // 4), against MB rows: each activation word is broadcast once for the four blocks, where a single
 // block broadcasts it for one. For blocks already in cache (the rows after a linear's first tile):
 // the four interleaved streams defeat prefetching from DRAM. codes[i], co[i]: block i's (co[0].zinit
-// starts every block's sums; next_block is not read); q, lda, asum, ascale as for IntBlockFn. out = [MB][64]:
-// row m's 16 results of block 0, then block 1's, 2's and 3's. Equal to IntBlockFn on each block, bit
-// for bit.
+// starts every block's sums; next_block is not read); q, lda, asum, ascale as for IntBlockFn.
+// out = [MB][64]: row m's 16 results of block 0, then block 1's, 2's and 3's. Equal to IntBlockFn on
+// each block, bit for bit.
 using IntQuadFn = void (*)(const uint8_t* const* codes, int64_t G, const Coeffs* co, const int8_t* q, int64_t lda,
                            const float* asum, const float* ascale, float* out);
 

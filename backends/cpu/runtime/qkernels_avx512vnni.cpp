@@ -140,9 +140,9 @@ EMBER_AVX512VNNI void int4_pair(const uint8_t* codes0, const uint8_t* codes1, in
 // all rows and each row's activations broadcast once for all blocks; the fp32 sums stay in an L1
 // array between groups (the registers hold the chains, the codes and the broadcasts), each block's
 // group step int_group_step512's. With the blocks in L2, 16 rows, the zero point folded, one core of a
-// Zen 5 VM: 423 GMAC/s against 291 for int_block and 306 for int4_pair (89% of VPDPBUSD's peak against
-// 62%); streaming the blocks from DRAM, 85-118 GMAC/s at 4 rows against 207-234 (the prefetching loses
-// the four streams).
+// Zen 5 VM: 368-373 GMAC/s against 250 for int_block and 290 for int4_pair (a copy specialized for the
+// benchmark's constants: 423 against 291, 89% of VPDPBUSD's peak); streaming the blocks from DRAM,
+// 85-118 GMAC/s at 4 rows against 207-234 (the prefetching loses the four streams).
 // FOLDED: the zero point folded into the sums (Coeffs::zinit), whose group step is one FMA; else
 // int_group_step512's (per-group activation scales, offsets).
 template <int MB, bool FOLDED>
