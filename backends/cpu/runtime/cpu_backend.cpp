@@ -471,11 +471,12 @@ Error linear_rows(const Handle& h, const Rows& r) {
     }
     // Over more than one tile of rows, where the level has the quad kernel (4-bit int, groups of 32):
     // four blocks at a time, the first tile one block after the other (streaming them in, each asking
-    // for the next), the other tiles with the quad kernel on the four blocks, then in L1. SmolLM2 `8da4w-kv8` on a 2-core Zen 5 VM, forwards alternating in one process with single
-    // blocks and pairs as before (12 rounds): prefills of 12, 16, 32 and 128 tokens -8.4%, -9.0%, -9.5%
-    // and -6.2% (8: within noise), a batched step with a newcomer's 12-token turn among 3 decodes -7.8%;
-    // `gguf-a8` (per-group activation scales, the general group step; 10 rounds): 12, 32 and 128 tokens
-    // -6.3%, -3.8%, -1.5%.
+    // for the next), the other tiles with the quad kernel on the four blocks, then in L1. SmolLM2
+    // `8da4w-kv8` on a 2-core Zen 5 VM, forwards alternating in one process with single blocks and pairs
+    // as before (12 rounds): prefills of 12, 16, 32 and 128 tokens -8.4%, -9.0%, -9.5% and -6.2% (8:
+    // within noise), a batched step with a newcomer's 12-token turn among 3 decodes -7.8%; `gguf-a8`
+    // (per-group activation scales, the general group step; 10 rounds): 12, 32 and 128 tokens -6.3%,
+    // -3.8%, -1.5%.
     const bool quads = quad_blocks && r1 - r0 > kMaxM;
     for (int64_t blk = b0; blk < b1;) {
       if (quads && blk + 3 < b1) {
